@@ -1,0 +1,160 @@
+"""The `lookback` command: thin subcommands over the Python API.
+
+    lookback train CONFIG [--set key=value ...] [--resume]
+    lookback translate RUN_DIR [--beam N] [--nbest K]   (stdin -> stdout, or interactive)
+    lookback evaluate RUN_DIR [--test SPEC] [--beam N]
+
+Errors that the user can fix print one line and exit with status 2;
+`--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .checkpoint import CheckpointError
+from .config import ConfigError, load_config
+from .data import DataError
+
+USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)
+
+
+class TqdmHandler(logging.Handler):
+    """Log lines that do not tear the progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm.write(self.format(record), file=sys.stderr)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from .train import train
+
+    cfg = load_config(args.config, args.set)
+    run_dir = train(cfg, resume=args.resume)
+    print(f"run directory: {run_dir}")
+
+
+def _translator(args: argparse.Namespace):
+    from .translator import Translator
+
+    return Translator.load(args.run_dir, checkpoint=args.checkpoint)
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    translator = _translator(args)
+    nbest = args.nbest or 1
+    beam = max(args.beam or translator.decode.beam, nbest)
+
+    def show(lines: list[str], offset: int) -> None:
+        for i, outs in enumerate(translator.translate_nbest(lines, beam, nbest)):
+            if nbest == 1:
+                print(outs[0].text, flush=True)
+            for out in outs if nbest > 1 else []:
+                print(f"{offset + i}\t{out.score:.4f}\t{out.text}", flush=True)
+
+    if sys.stdin.isatty():
+        print(f"lookback: translating with beam {beam}; an empty line or Ctrl-D ends", file=sys.stderr)
+        while True:
+            try:
+                line = input("> ").strip()
+            except EOFError:
+                break
+            if not line:
+                break
+            show([line], 0)
+        return
+    lines = (line.rstrip("\n") for line in sys.stdin)
+    for n, chunk in enumerate(iter(lambda: list(itertools.islice(lines, 512)), [])):
+        show(chunk, n * 512)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from .data import read_parallel
+    from .evaluate import bleu_by_length, score
+
+    translator = _translator(args)
+    data_cfg = translator.config.data
+    spec = args.test or data_cfg.test
+    src, ref = read_parallel(
+        spec, data_cfg.src_lang, data_cfg.tgt_lang, args.multi30k_dir or data_cfg.multi30k_dir
+    )
+    beam = args.beam or translator.decode.beam
+    hyps = [t.text for t in translator.translate(src, beam=beam)]
+    scores = score(hyps, ref, data_cfg.tgt_lang)
+    if args.output:
+        Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    if args.json:
+        print(
+            json.dumps(
+                {"test": spec, "beam": beam, **scores.to_dict(), "by_length": bleu_by_length(src, hyps, ref)},
+                indent=2,
+            )
+        )
+        return
+    print(f"{spec}, beam {beam}:")
+    print(scores.summary())
+    for i in range(min(args.show, len(src))):
+        print(f"  src: {src[i]}\n  ref: {ref[i]}\n  hyp: {hyps[i]}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lookback", description="RNN encoder-decoder NMT with attention.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a model from a YAML config")
+    p.add_argument("config", help="YAML config file (see configs/)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set train.lr=0.0005 (repeatable)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue the run in train.run_dir from last.pt")
+    p.set_defaults(func=cmd_train)
+
+    for name, func, text in (
+        ("translate", cmd_translate, "translate stdin to stdout"),
+        ("evaluate", cmd_evaluate, "translate a test set and score it"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run_dir", help="run directory written by `lookback train`")
+        p.add_argument("--beam", type=int, help="beam size (1: greedy; default: the config's decode.beam)")
+        p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
+        p.set_defaults(func=func)
+        if name == "translate":
+            p.add_argument("--nbest", type=int, help="print the K best as 'index<TAB>score<TAB>text'")
+        else:
+            p.add_argument("--test", help="corpus spec, e.g. multi30k:test_2016_flickr (default: data.test)")
+            p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
+            p.add_argument("--output", help="write the translations to this file")
+            p.add_argument("--show", type=int, default=3, help="print this many example translations")
+            p.add_argument("--json", action="store_true", help="print scores as JSON, with BLEU by length")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = TqdmHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    try:
+        args.func(args)
+    except USER_ERRORS as exc:
+        if args.debug:
+            raise
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"lookback: error: {line}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lookback: interrupted", file=sys.stderr)
+        return 130
+    return 0

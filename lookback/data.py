@@ -1,0 +1,220 @@
+"""Reading parallel corpora: sentence pairs as two aligned lists of strings.
+
+A corpus is named by a spec string (the `data.train`, `data.valid` and
+`data.test` config keys), in one of three forms:
+
+- ``multi30k:SPLIT``: the Multi30k task 1 files ``SPLIT.{src,tgt}.gz``
+  (Elliott et al. 2016), from `data.multi30k_dir`, else $LOOKBACK_MULTI30K,
+  else the user cache; a missing file is downloaded there. Every file is
+  checked against the SHA-256 sums shipped in ``multi30k.sha256``.
+- ``path/file.tsv`` (or ``.tsv.gz``): one pair per line, ``src<TAB>tgt``.
+- ``path/prefix``: two line-aligned files ``prefix.SRC`` and ``prefix.TGT``
+  (``train.en`` and ``train.fr``), each also tried with ``.gz`` appended.
+
+Pairs with an empty side are skipped with a warning. Every other problem
+(missing or empty file, bad UTF-8, files of different lengths) is a
+`DataError` whose message is one line naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{name}"
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr")
+MULTI30K_LANGS = ("en", "fr", "de")
+_SUMS_FILE = Path(__file__).with_name("multi30k.sha256")
+
+# SHA-256 of files already hashed, keyed by (path, mtime, size): a changed file is hashed again.
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+class DataError(ValueError):
+    """A bad corpus; the message is one line naming the file (and line where relevant)."""
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file, gzipped if its name ends in ``.gz``.
+
+    Lines end at ``\\n`` only, not at other Unicode line breaks, which would
+    misalign parallel files; only the ``\\n`` (and a ``\\r`` before it) is removed.
+    """
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    lines = []
+    try:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # -sig: drop a BOM
+                except UnicodeDecodeError as exc:
+                    raise DataError(
+                        f"{path}:{lineno}: invalid UTF-8 (byte {raw[exc.start]:#04x} at column "
+                        f"{exc.start + 1}); the corpus must be UTF-8 text"
+                    ) from None
+                lines.append(line.removesuffix("\n").removesuffix("\r"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; EOFError: truncated gzip
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    if not lines:
+        raise DataError(f"{path}: file is empty")
+    return lines
+
+
+def read_tsv(path: Path) -> tuple[list[str], list[str]]:
+    """(sources, targets) from a file of ``src<TAB>tgt`` lines, plain or ``.gz``."""
+    src, tgt = [], []
+    for lineno, line in enumerate(read_lines(path), start=1):
+        columns = line.split("\t")
+        if len(columns) != 2:
+            raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns, found {len(columns)}")
+        src.append(columns[0])
+        tgt.append(columns[1])
+    return src, tgt
+
+
+def multi30k_dir(configured: str | None) -> Path:
+    """The Multi30k folder: `configured`, else $LOOKBACK_MULTI30K, else the user cache."""
+    if configured:
+        return Path(configured).expanduser()
+    if os.environ.get("LOOKBACK_MULTI30K"):
+        return Path(os.environ["LOOKBACK_MULTI30K"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "lookback" / "multi30k"
+
+
+def _expected_sums() -> dict[str, str]:
+    """File name -> SHA-256 hex digest, from the shipped ``multi30k.sha256``."""
+    lines = _SUMS_FILE.read_text(encoding="utf-8").splitlines()
+    return {name: digest for digest, name in (line.split() for line in lines if line.strip())}
+
+
+def _sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = hashlib.sha256(path.read_bytes()).hexdigest()  # files are ~1 MB
+    return _DIGESTS[key]
+
+
+def _verify(path: Path, expected: str) -> None:
+    actual = _sha256(path)
+    if actual != expected:
+        raise DataError(
+            f"{path}: SHA-256 is {actual}, expected {expected} "
+            f"(a corrupt or partial file? delete it to download it again)"
+        )
+
+
+def _download(url: str, path: Path, expected: str) -> None:
+    """Fetch `url` into a temporary file beside `path`, check its sum, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A temporary name, so that an interrupted download never leaves a partial file at `path`.
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    tmp_path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as tmp, urllib.request.urlopen(url, timeout=30) as response:
+            shutil.copyfileobj(response, tmp)
+        actual = _sha256(tmp_path)
+        if actual != expected:
+            raise DataError(f"{url}: downloaded file has SHA-256 {actual}, expected {expected}")
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)  # a no-op once renamed
+    logger.info("downloaded %s to %s", url, path)
+
+
+def multi30k_paths(split: str, langs: list[str], directory: Path, download: bool = True) -> list[Path]:
+    """Paths of the Multi30k files ``{split}.{lang}.gz``, downloading any that are missing.
+
+    Args:
+        split: one of MULTI30K_SPLITS.
+        langs: languages, each one of MULTI30K_LANGS.
+        directory: where the files are, or are downloaded to.
+        download: fetch missing files from MULTI30K_URL; if False a missing file is an error.
+
+    Returns:
+        One path per language, every file checked against its SHA-256 sum.
+    """
+    if split not in MULTI30K_SPLITS:
+        raise DataError(f"multi30k: unknown split '{split}' (valid: {', '.join(MULTI30K_SPLITS)})")
+    for lang in langs:
+        if lang not in MULTI30K_LANGS:
+            raise DataError(f"multi30k: unknown language '{lang}' (valid: {', '.join(MULTI30K_LANGS)})")
+    sums = _expected_sums()
+    names = [f"{split}.{lang}.gz" for lang in langs]
+    paths = [directory / name for name in names]
+    for name, path in zip(names, paths, strict=True):
+        if path.exists():
+            _verify(path, sums[name])
+            continue
+        if not download:
+            raise DataError(f"{path}: no such file")
+        url = MULTI30K_URL.format(name=name)
+        try:
+            _download(url, path, sums[name])
+        except OSError as exc:  # urllib.error.URLError and timeouts are OSErrors too
+            reason = str(getattr(exc, "reason", None) or exc).replace("\n", " ")
+            raise DataError(
+                f"cannot download {url} ({reason}); put the Multi30k files "
+                f"({', '.join(names)}) in {directory} or point $LOOKBACK_MULTI30K "
+                f"(or data.multi30k_dir) at a folder that has them"
+            ) from None
+    return paths
+
+
+def _prefix_path(prefix: str, lang: str) -> Path:
+    """``prefix.lang``, else ``prefix.lang.gz``."""
+    plain = Path(f"{prefix}.{lang}")
+    gzipped = Path(f"{prefix}.{lang}.gz")
+    if plain.exists() or not gzipped.exists():
+        return plain  # when neither exists, read_lines names the plain file as missing
+    return gzipped
+
+
+def _drop_empty_pairs(src: list[str], tgt: list[str], where: str) -> tuple[list[str], list[str]]:
+    """Skip pairs with an empty side: there is nothing to translate from, or nothing to learn."""
+    kept = [(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()]
+    if len(kept) < len(src):
+        logger.warning("skipped %d pairs with an empty side in %s", len(src) - len(kept), where)
+    if not kept:
+        raise DataError(f"{where}: no sentence pairs with text on both sides")
+    return [s for s, _ in kept], [t for _, t in kept]
+
+
+def read_parallel(
+    spec: str, src_lang: str, tgt_lang: str, multi30k: str | None = None
+) -> tuple[list[str], list[str]]:
+    """Read the corpus named by `spec` (see the module docstring for its forms).
+
+    Args:
+        spec: ``multi30k:SPLIT``, a ``.tsv``/``.tsv.gz`` file, or a path prefix.
+        src_lang: source language code (the suffix of prefix files).
+        tgt_lang: target language code.
+        multi30k: the configured Multi30k folder (`data.multi30k_dir`), if any.
+
+    Returns:
+        (source sentences, target sentences), aligned, without empty pairs.
+    """
+    if spec.startswith("multi30k:"):
+        directory = multi30k_dir(multi30k)
+        src_path, tgt_path = multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], directory)
+    elif spec.endswith((".tsv", ".tsv.gz")):
+        src, tgt = read_tsv(Path(spec))
+        return _drop_empty_pairs(src, tgt, spec)
+    else:
+        src_path, tgt_path = _prefix_path(spec, src_lang), _prefix_path(spec, tgt_lang)
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
+    return _drop_empty_pairs(src, tgt, f"{src_path} / {tgt_path}")

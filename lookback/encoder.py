@@ -1,0 +1,70 @@
+"""The encoder: embeddings, then an RNN that reads the source into states h_i.
+
+Notes, Appendix A:  x_i = Embed(w_i);  h_i = RNN_enc(x_i, h_{i-1}).
+A bidirectional encoder reads both ways and concatenates: h_i = [fwd_i; bwd_i].
+
+Legend: B batch, S source length, E embedding size, H hidden size per
+direction, He = H x directions, L layers.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .config import ModelConfig
+from .tokenizer import PAD
+
+RNNS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class EncoderOutput(NamedTuple):
+    """All the decoder needs of the source; it travels through search unchanged."""
+
+    h: Tensor  # (B, S, He) encoder states h_i
+    src_mask: Tensor  # (B, S) bool, True at real tokens
+    c: Tensor  # (B, He) the fixed-size context: final state or mean of h (model.context)
+    keys: Tensor | None = None  # (B, S, *) attention keys, precomputed once (e.g. U h)
+
+    def index_select(self, idx: Tensor) -> EncoderOutput:
+        """Pick (or repeat) sentences along the batch, e.g. to give each beam a copy."""
+        return EncoderOutput(*(t.index_select(0, idx) if t is not None else None for t in self))
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab_size: int, cfg: ModelConfig):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
+        self.rnn = RNNS[cfg.cell](
+            cfg.emb_size,
+            cfg.hidden_size,
+            num_layers=cfg.enc_layers,
+            batch_first=True,
+            bidirectional=cfg.bidirectional,
+            dropout=cfg.dropout if cfg.enc_layers > 1 else 0.0,
+        )
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.context = cfg.context
+        self.directions = 2 if cfg.bidirectional else 1
+        self.out_size = cfg.hidden_size * self.directions
+
+    def forward(self, src: Tensor, src_len: Tensor) -> EncoderOutput:
+        """Read a padded batch src (B, S) whose true lengths are src_len (B,)."""
+        B, S = src.shape
+        src_mask = src != PAD
+        x = self.dropout(self.embed(src))  # (B, S) -> (B, S, E)
+        # Packing makes each direction start and stop at the sentence's real ends.
+        packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
+        out, last = self.rnn(packed)
+        h, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, He)
+        if isinstance(last, tuple):  # LSTM: (hidden, memory cell)
+            last = last[0]
+        if self.context == "final":
+            # last: (L * dirs, B, H); the top layer's forward end and backward end -> (B, He)
+            top = last.view(-1, self.directions, B, last.size(-1))[-1]
+            c = top.transpose(0, 1).reshape(B, self.out_size)
+        else:  # mean of all real encoder states, as one of the notes suggests
+            c = (h * src_mask.unsqueeze(-1)).sum(1) / src_len.to(h.dtype).unsqueeze(-1)
+        return EncoderOutput(h, src_mask, c)

@@ -1,0 +1,91 @@
+"""Scoring translations with sacrebleu.
+
+Two protocols, always labelled:
+- sacreBLEU and chrF on detokenised, cased text (the reproducible standard;
+  the signature says exactly how it was computed);
+- the Multi30k protocol of published results: hypotheses and references
+  Moses-tokenised for the target language and lowercased, then BLEU with no
+  further tokenisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import sacrebleu
+from sacremoses import MosesTokenizer
+
+BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, None))  # source words
+
+
+@dataclass
+class Scores:
+    bleu: float
+    chrf: float
+    multi30k_bleu: float  # Moses-tokenised, lowercased (the protocol of published Multi30k results)
+    bleu_signature: str
+    chrf_signature: str
+    sentences: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        return (
+            f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.sentences} sentences)\n"
+            f"  sacreBLEU signature: {self.bleu_signature}\n"
+            f"  chrF signature:      {self.chrf_signature}\n"
+            f"Multi30k protocol (Moses-tokenised, lowercased, BLEU tokenize=none): "
+            f"{self.multi30k_bleu:.2f}"
+        )
+
+
+@lru_cache(maxsize=8)
+def _moses(lang: str) -> MosesTokenizer:
+    return MosesTokenizer(lang=lang)
+
+
+def moses_lower(lines: list[str], lang: str) -> list[str]:
+    """Moses-tokenise (no escaping) and lowercase: the text published Multi30k BLEU is computed on."""
+    tok = _moses(lang)
+    return [tok.tokenize(line, escape=False, return_str=True).lower() for line in lines]
+
+
+def score(hyps: list[str], refs: list[str], tgt_lang: str) -> Scores:
+    """BLEU, chrF and Multi30k-protocol BLEU of detokenised hypotheses against references."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    b = bleu.corpus_score(hyps, [refs])
+    c = chrf.corpus_score(hyps, [refs])
+    m30k = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(
+        moses_lower(hyps, tgt_lang), [moses_lower(refs, tgt_lang)]
+    )
+    return Scores(
+        b.score, c.score, m30k.score, str(bleu.get_signature()), str(chrf.get_signature()), len(hyps)
+    )
+
+
+def bucket_of(n_words: int) -> str:
+    """The source-length bucket label of a sentence with n_words words, e.g. '11-20'."""
+    for lo, hi in BUCKETS:
+        if hi is None or n_words <= hi:
+            return f"{lo}-{hi}" if hi is not None else f"{lo - 1}+"
+    raise AssertionError("unreachable")
+
+
+def bleu_by_length(srcs: list[str], hyps: list[str], refs: list[str]) -> dict[str, dict]:
+    """sacreBLEU per source-length bucket (words split on whitespace), as in the notes' table."""
+    groups: dict[str, tuple[list[str], list[str]]] = {}
+    for s, h, r in zip(srcs, hyps, refs, strict=True):
+        hs, rs = groups.setdefault(bucket_of(len(s.split())), ([], []))
+        hs.append(h)
+        rs.append(r)
+    order = [bucket_of(lo) for lo, _ in BUCKETS]
+    return {
+        k: {"sentences": len(groups[k][0]), "bleu": sacrebleu.corpus_bleu(groups[k][0], [groups[k][1]]).score}
+        for k in order
+        if k in groups
+    }

@@ -1,0 +1,55 @@
+"""The encoder-decoder, trained with teacher forcing and cross-entropy.
+
+Notes, Appendix A.3-4: during training the decoder is fed the true previous
+word y*_{t-1} (teacher forcing) and the loss is J = -sum_t log P(y*_t | y*_<t, x).
+
+Legend: B batch, S source length, T target length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+from .decoder import Decoder, DecoderOutput
+from .encoder import Encoder, EncoderOutput
+from .tokenizer import PAD
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
+        super().__init__()
+        self.encoder = Encoder(src_vocab, cfg)
+        self.decoder = Decoder(tgt_vocab, self.encoder.out_size, cfg)
+
+    def encode(self, src: Tensor, src_len: Tensor) -> EncoderOutput:
+        """Encoder states, fixed context and precomputed attention keys for src (B, S)."""
+        return self.decoder.prepare(self.encoder(src, src_len))
+
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> DecoderOutput:
+        """Teacher forcing: tgt_in (B, T) is <s> y*_1 .. y*_{T-1}; logits are (B, T, V)."""
+        enc = self.encode(src, src_len)
+        return self.decoder(tgt_in, enc, self.decoder.init_state(enc))
+
+    def loss(
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float = 0.0
+    ) -> Tensor:
+        """Summed cross-entropy J over the real target tokens of tgt_out (B, T)."""
+        logits = self(src, src_len, tgt_in).logits
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(),  # (B * T, V)
+            tgt_out.flatten(),
+            ignore_index=PAD,
+            label_smoothing=label_smoothing,
+            reduction="sum",
+        )
+
+
+def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
+    """The one factory: a Seq2Seq model from `model:` and the two vocabulary sizes."""
+    model = Seq2Seq(cfg, src_vocab, tgt_vocab)
+    for emb in (model.encoder.embed, model.decoder.embed):
+        nn.init.normal_(emb.weight, std=cfg.emb_size**-0.5)  # N(0, 1) would saturate tanh
+        emb.weight.data[PAD].zero_()
+    return model

@@ -1,0 +1,118 @@
+"""The Python API that the CLI, training's validation and the tests all call.
+
+from lookback import Translator
+t = Translator.load("runs/additive")
+out = t.translate(["A dog runs."], beam=5)[0]
+out.text, out.tokens, out.score, out.attention   # attention: (len(tokens), len(src_tokens))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .batch import pad
+from .checkpoint import CheckpointError, load_checkpoint
+from .config import Config, DecodeConfig, from_dict
+from .model import Seq2Seq, build_model
+from .search import Hypothesis, translate_batch
+from .tokenizer import Tokenizer, load_tokenizers
+
+
+@dataclass
+class Translation:
+    text: str  # detokenised output
+    tokens: list[str]  # output pieces, one per attention row
+    src_tokens: list[str]  # source pieces, one per attention column
+    score: float  # log-probability / length penalty (plain log-probability for greedy)
+    attention: Tensor | None  # (len(tokens), len(src_tokens)); None for attention 'none'
+
+
+class Translator:
+    def __init__(
+        self,
+        model: Seq2Seq,
+        src_tok: Tokenizer,
+        tgt_tok: Tokenizer,
+        decode: DecodeConfig,
+        config: Config | None = None,
+        max_src_len: int = 250,
+        device: str | torch.device = "cpu",
+    ):
+        self.config = config  # the run's resolved config, when loaded from a run directory
+        self.model = model.to(device).eval()
+        self.src_tok, self.tgt_tok = src_tok, tgt_tok
+        self.decode = decode
+        self.max_src_len = max_src_len  # longer inputs are cut, so one sentence cannot exhaust memory
+        self.device = torch.device(device)
+
+    @classmethod
+    def load(
+        cls, run_dir: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"
+    ) -> Translator:
+        """Rebuild model, tokenizers and decoding settings from a run directory."""
+        run_dir = Path(run_dir)
+        path = run_dir / f"{checkpoint}.pt"
+        if checkpoint == "best" and not path.exists():
+            path = run_dir / "last.pt"
+        state = load_checkpoint(path)
+        cfg: Config = from_dict(state["config"], source=str(path))
+        src_tok, tgt_tok = load_tokenizers(run_dir)
+        model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            reason = str(exc).splitlines()[0][:200]
+            raise CheckpointError(f"{path}: weights do not fit the model of its config ({reason})") from None
+        return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device)
+
+    def translate(
+        self, sentences: list[str], beam: int | None = None, length_penalty: float | None = None
+    ) -> list[Translation]:
+        """The best translation of each sentence (greedy when beam is 1)."""
+        return [n[0] for n in self.translate_nbest(sentences, beam, 1, length_penalty)]
+
+    def translate_nbest(
+        self,
+        sentences: list[str],
+        beam: int | None = None,
+        nbest: int | None = None,
+        length_penalty: float | None = None,
+    ) -> list[list[Translation]]:
+        """Up to `nbest` translations of each sentence, best first."""
+        beam = beam or self.decode.beam
+        nbest = nbest or self.decode.nbest
+        if nbest > beam:
+            raise ValueError(f"nbest ({nbest}) cannot exceed the beam size ({beam})")
+        alpha = self.decode.length_penalty if length_penalty is None else length_penalty
+        ids = [self.src_tok.encode(s)[: self.max_src_len] for s in sentences]
+        empty = Translation("", [], [], 0.0, None)
+        results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
+        order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
+        for start in range(0, len(order), self.decode.batch_size):
+            chunk = order[start : start + self.decode.batch_size]  # similar lengths together
+            src, src_len = pad([ids[i] for i in chunk])
+            hyps = translate_batch(
+                self.model,
+                src.to(self.device),
+                src_len.to(self.device),
+                beam,
+                nbest,
+                alpha,
+                self.decode.max_ratio,
+            )
+            for i, hs in zip(chunk, hyps, strict=True):
+                results[i] = [self._translation(ids[i], h) for h in hs]
+        return results
+
+    def _translation(self, src_ids: list[int], hyp: Hypothesis) -> Translation:
+        return Translation(
+            text=self.tgt_tok.decode(hyp.tokens),
+            tokens=self.tgt_tok.pieces(hyp.tokens),
+            src_tokens=self.src_tok.pieces(src_ids),
+            score=hyp.score,
+            attention=hyp.attention,
+        )

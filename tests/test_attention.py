@@ -1,0 +1,73 @@
+"""Each scoring function against a hand computation, and the shared masked softmax."""
+
+import math
+
+import pytest
+import torch
+
+from lookback.attention import AdditiveScore, DotScore, GeneralScore, attend, build_score
+
+# The notes' worked example: decoder state and three encoder states (The, cat, sat).
+S_NOTES = torch.tensor([[[0.5, -0.2, 0.8]]])  # (B=1, T=1, D=3)
+H_NOTES = torch.tensor([[[0.1, 0.2, 0.1], [0.8, 0.1, 0.7], [0.2, 0.3, 0.2]]])  # (1, S=3, 3)
+ALL_REAL = torch.ones(1, 3, dtype=torch.bool)
+
+
+def test_dot_scores_and_weights_of_the_notes_worked_example():
+    score = DotScore()
+    e = score(S_NOTES, score.keys(H_NOTES))
+    assert e.shape == (1, 1, 3)
+    assert e[0, 0].tolist() == pytest.approx([0.09, 0.94, 0.20], abs=1e-6)
+    c, alpha = attend(e, H_NOTES, ALL_REAL)
+    # by hand: exp(.09) = 1.0942, exp(.94) = 2.5600, exp(.20) = 1.2214, sum 4.8756
+    # (the notes print 0.27, 0.63, 0.22, which sum to 1.12)
+    assert alpha[0, 0].tolist() == pytest.approx([0.2244, 0.5251, 0.2505], abs=1e-4)
+    assert float(alpha.sum()) == pytest.approx(1.0, abs=1e-6)
+    expected_c = [
+        sum(a * h[k] for a, h in zip([0.2244, 0.5251, 0.2505], H_NOTES[0].tolist(), strict=True))
+        for k in range(3)
+    ]
+    assert c[0, 0].tolist() == pytest.approx(expected_c, abs=1e-3)
+
+
+def test_general_score_is_s_W_h():
+    score = GeneralScore(dec_size=2, enc_size=3)
+    with torch.no_grad():
+        score.W.weight.copy_(torch.tensor([[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]))  # (D, He)
+    s = torch.tensor([[[1.0, 2.0]]])
+    h = torch.tensor([[[1.0, 1.0, 1.0], [2.0, 0.0, -1.0]]])
+    # W h_1 = [3, -0.5] -> s.(W h_1) = 3 - 1 = 2;  W h_2 = [0, -0.5] -> -1
+    assert score(s, score.keys(h))[0, 0].tolist() == pytest.approx([2.0, -1.0])
+
+
+def test_additive_score_is_v_tanh_Ws_plus_Uh():
+    score = AdditiveScore(dec_size=2, enc_size=2, attention_size=2)
+    with torch.no_grad():
+        score.W.weight.copy_(torch.eye(2))
+        score.U.weight.copy_(torch.tensor([[2.0, 0.0], [0.0, 1.0]]))
+        score.U.bias.copy_(torch.tensor([0.0, 0.5]))
+        score.v.weight.copy_(torch.tensor([[1.0, -1.0]]))
+    s = torch.tensor([[[0.5, -0.5]]])
+    h = torch.tensor([[[0.25, 1.0], [-1.0, 0.0]]])
+    # h_1: W s + U h + b = [0.5 + 0.5, -0.5 + 1 + 0.5] = [1, 1]       -> tanh(1) - tanh(1) = 0
+    # h_2: [0.5 - 2, -0.5 + 0 + 0.5] = [-1.5, 0]                       -> tanh(-1.5)
+    expected = [0.0, math.tanh(-1.5)]
+    assert score(s, score.keys(h))[0, 0].tolist() == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["dot", "general", "additive"])
+def test_weights_sum_to_one_and_ignore_padding(kind):
+    torch.manual_seed(0)
+    score = build_score(kind, dec_size=6, enc_size=6, attention_size=5)
+    h = torch.randn(2, 4, 6)
+    s = torch.randn(2, 3, 6)
+    mask = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    c, alpha = attend(score(s, score.keys(h)), h, mask)
+    assert c.shape == (2, 3, 6) and alpha.shape == (2, 3, 4)
+    assert torch.allclose(alpha.sum(-1), torch.ones(2, 3))
+    assert (alpha[1, :, 2:] == 0).all()
+    # whatever sits in the padded positions changes nothing
+    h2 = h.clone()
+    h2[1, 2:] = 100.0
+    c2, alpha2 = attend(score(s, score.keys(h2)), h2, mask)
+    assert torch.allclose(c2[1], c[1]) and torch.allclose(alpha2[1], alpha[1])

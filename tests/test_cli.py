@@ -1,0 +1,74 @@
+"""The CLI end to end on a tiny synthetic corpus: train, translate, evaluate, errors."""
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from lookback.cli import main
+
+from .conftest import tiny_train_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    config = tmp / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_train_config(tmp)), encoding="utf-8")
+    assert main(["train", str(config), "--set", "train.max_steps=200", "--set", "train.valid_every=100"]) == 0
+    return tmp / "run", config
+
+
+def test_train_writes_a_run_directory(run):
+    run_dir, _ = run
+    assert (run_dir / "best.pt").exists() and (run_dir / "config.yaml").exists()
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["train"]["max_steps"] == 200  # the --set override is in the resolved config
+
+
+def test_translate_reads_stdin_and_writes_one_line_per_input(run, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog runs .\na small cat sleeps .\n"))
+    assert main(["translate", str(run[0]), "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(lines)
+
+
+def test_translate_nbest_prints_index_score_text(run, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog runs .\n"))
+    assert main(["translate", str(run[0]), "--beam", "3", "--nbest", "3"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 3 and {r[0] for r in rows} == {"0"}
+    scores = [float(r[1]) for r in rows]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_evaluate_prints_bleu_with_signature_and_json(run, capsys):
+    run_dir, _ = run
+    assert main(["evaluate", str(run_dir), "--beam", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in out
+    assert "Multi30k protocol (Moses-tokenised, lowercased" in out
+    assert main(["evaluate", str(run_dir), "--json", "--output", str(run_dir / "hyp.txt")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert 0 <= result["bleu"] <= 100 and result["sentences"] == 20
+    assert len((run_dir / "hyp.txt").read_text().splitlines()) == 20
+
+
+def test_user_errors_are_one_line_with_exit_status_2(run, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  cel: gru\n", encoding="utf-8")
+    assert main(["train", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"lookback: error: {bad}: model.cel: unknown key (did you mean 'cell'?)"]
+    assert main(["translate", str(tmp_path / "nowhere")]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
+    assert main(["evaluate", str(run[0]), "--test", str(tmp_path / "missing")]) == 2
+    assert "missing.en: no such file" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_cli():
+    out = subprocess.run([sys.executable, "-m", "lookback", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "translate" in out.stdout

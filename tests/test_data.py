@@ -1,0 +1,217 @@
+"""Reading parallel corpora: file formats, spec forms, errors and Multi30k files."""
+
+import gzip
+import hashlib
+import io
+import logging
+import os
+import re
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lookback import data
+from lookback.data import DataError, multi30k_dir, multi30k_paths, read_lines, read_parallel
+
+SHARED_MULTI30K = Path("/work/shared/data/multi30k")
+
+
+def _real_multi30k() -> Path:
+    """The folder with the real Multi30k files ($LOOKBACK_MULTI30K in CI); skip if absent."""
+    folder = Path(os.environ.get("LOOKBACK_MULTI30K") or SHARED_MULTI30K)
+    if not (folder / "val.en.gz").exists():
+        pytest.skip(f"no Multi30k files in {folder}")
+    return folder
+
+
+def write(path: Path, text: str) -> Path:
+    """Write `text` as UTF-8, gzipped if `path` ends in .gz."""
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode("utf-8")))
+    else:
+        path.write_bytes(text.encode("utf-8"))
+    return path
+
+
+@pytest.mark.parametrize("name", ["a.fr", "a.fr.gz"])
+def test_read_lines_plain_and_gzip(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path / name, "\ufeffune phrase\r\n  deux  \nlà\u2028aussi")
+    # only \n ends a line; a BOM and the \r before \n go, other whitespace and U+2028 stay
+    assert read_lines(path) == ["une phrase", "  deux  ", "là\u2028aussi"]
+
+
+def test_read_lines_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.fr"
+    path.write_bytes("un\nlà\n".encode() + b"caf\xe9\n")  # Latin-1 é on line 3
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:3: invalid UTF-8") as info:
+        read_lines(path)
+    assert "\n" not in str(info.value)
+
+
+def test_read_lines_empty_and_missing(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"file is empty$"):
+        read_lines(write(tmp_path / "empty.en", ""))
+    with pytest.raises(DataError, match=r"file is empty$"):
+        read_lines(write(tmp_path / "empty.en.gz", ""))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'nope.en'))}: no such file$"):
+        read_lines(tmp_path / "nope.en")
+
+
+def test_read_lines_not_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "fake.en.gz"
+    path.write_bytes(b"plain text, not gzip\n")
+    with pytest.raises(DataError, match=f"^{re.escape(str(path))}: cannot read"):
+        read_lines(path)
+
+
+def test_tsv(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.tsv", "a man\tun homme\na dog\tun chien\n")
+    assert read_parallel(str(path), "en", "fr") == (["a man", "a dog"], ["un homme", "un chien"])
+    gz = write(tmp_path / "c.tsv.gz", "a man\tun homme\n")
+    assert read_parallel(str(gz), "en", "fr") == (["a man"], ["un homme"])
+
+
+@pytest.mark.parametrize("line, found", [("only one column", 1), ("a\tb\tc", 3)])
+def test_tsv_wrong_columns(tmp_path: Path, line: str, found: int) -> None:
+    path = write(tmp_path / "c.tsv", f"a man\tun homme\n{line}\n")
+    expected = f"{path}:2: expected 2 tab-separated columns, found {found}"
+    with pytest.raises(DataError, match=f"^{re.escape(expected)}$"):
+        read_parallel(str(path), "en", "fr")
+
+
+def test_prefix_with_gz_fallback(tmp_path: Path) -> None:
+    write(tmp_path / "train.en", "a man\na dog\n")
+    write(tmp_path / "train.fr.gz", "un homme\nun chien\n")
+    src, tgt = read_parallel(str(tmp_path / "train"), "en", "fr")
+    assert src == ["a man", "a dog"]
+    assert tgt == ["un homme", "un chien"]
+
+
+def test_prefix_missing_side(tmp_path: Path) -> None:
+    write(tmp_path / "train.en", "a man\n")
+    with pytest.raises(DataError, match=r"train\.fr: no such file"):
+        read_parallel(str(tmp_path / "train"), "en", "fr")
+
+
+def test_mismatched_line_counts(tmp_path: Path) -> None:
+    src = write(tmp_path / "c.en", "one\ntwo\nthree\n")
+    tgt = write(tmp_path / "c.fr", "un\ndeux\n")
+    expected = f"{src} has 3 lines but {tgt} has 2"
+    with pytest.raises(DataError, match=f"^{re.escape(expected)}$"):
+        read_parallel(str(tmp_path / "c"), "en", "fr")
+
+
+def test_pairs_with_an_empty_side_are_skipped(tmp_path: Path, caplog) -> None:
+    write(tmp_path / "c.en", "one\n\nthree\n   \nfive\n")
+    write(tmp_path / "c.fr", "un\ndeux\n\nquatre\ncinq\n")
+    with caplog.at_level(logging.WARNING, logger="lookback.data"):
+        src, tgt = read_parallel(str(tmp_path / "c"), "en", "fr")
+    assert (src, tgt) == (["one", "five"], ["un", "cinq"])
+    assert "skipped 3 pairs" in caplog.text
+    assert str(tmp_path / "c.en") in caplog.text
+
+
+def test_only_empty_pairs_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.tsv", "\tun\nan\t \n")
+    with pytest.raises(DataError, match="no sentence pairs"):
+        read_parallel(str(path), "en", "fr")
+
+
+def test_multi30k_dir_order(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LOOKBACK_MULTI30K", str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert multi30k_dir(str(tmp_path / "cfg")) == tmp_path / "cfg"
+    assert multi30k_dir(None) == tmp_path / "env"
+    monkeypatch.delenv("LOOKBACK_MULTI30K")
+    assert multi30k_dir(None) == tmp_path / "cache" / "lookback" / "multi30k"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert multi30k_dir(None) == Path.home() / ".cache" / "lookback" / "multi30k"
+
+
+def test_multi30k_real_files() -> None:
+    folder = _real_multi30k()
+    src, tgt = read_parallel("multi30k:val", "en", "fr", multi30k=str(folder))
+    assert len(src) == len(tgt) == 1014
+    assert src[0] and tgt[0]
+
+
+def test_multi30k_from_environment(monkeypatch) -> None:
+    folder = _real_multi30k()
+    monkeypatch.setenv("LOOKBACK_MULTI30K", str(folder))
+    src, tgt = read_parallel("multi30k:test_2016_flickr", "de", "en")
+    assert len(src) == len(tgt) == 1000
+
+
+@pytest.mark.parametrize(
+    "split, langs, valid",
+    [("dev", ["en"], "train, val"), ("val", ["en", "cs"], "en, fr, de")],
+)
+def test_multi30k_unknown_split_or_language(tmp_path: Path, split, langs, valid) -> None:
+    with pytest.raises(DataError, match=valid):
+        multi30k_paths(split, langs, tmp_path, download=False)
+
+
+def test_multi30k_checksum_mismatch(tmp_path: Path) -> None:
+    folder = _real_multi30k()
+    shutil.copy(folder / "val.fr.gz", tmp_path / "val.fr.gz")
+    assert multi30k_paths("val", ["fr"], tmp_path, download=False) == [tmp_path / "val.fr.gz"]
+    with (tmp_path / "val.fr.gz").open("ab") as f:
+        f.write(b"corrupt")  # a new size, so the cached digest is not reused
+    with pytest.raises(DataError, match=r"val\.fr\.gz: SHA-256 is [0-9a-f]{64}, expected ca3106f1"):
+        multi30k_paths("val", ["fr"], tmp_path, download=False)
+
+
+def test_multi30k_hashes_each_file_once(tmp_path: Path, monkeypatch) -> None:
+    folder = _real_multi30k()
+    shutil.copy(folder / "val.en.gz", tmp_path / "val.en.gz")
+    hashed = []
+    sha256 = hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda b: hashed.append(len(b)) or sha256(b))
+    for _ in range(3):
+        multi30k_paths("val", ["en"], tmp_path, download=False)
+    assert hashed == [(folder / "val.en.gz").stat().st_size]
+
+
+def test_multi30k_offline(tmp_path: Path, monkeypatch) -> None:
+    def offline(url, timeout=None):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    target = tmp_path / "m30k"
+    with pytest.raises(DataError) as info:
+        read_parallel("multi30k:val", "en", "fr", multi30k=str(target))
+    message = str(info.value)
+    assert message == (
+        f"cannot download {data.MULTI30K_URL.format(name='val.en.gz')} "
+        f"([Errno -3] Temporary failure in name resolution); put the Multi30k files "
+        f"(val.en.gz, val.fr.gz) in {target} or point $LOOKBACK_MULTI30K "
+        f"(or data.multi30k_dir) at a folder that has them"
+    )
+    assert not list(target.iterdir())  # no partial file left behind
+
+
+def test_multi30k_download(tmp_path: Path, monkeypatch) -> None:
+    folder = _real_multi30k()
+    urls = []
+
+    def fake_urlopen(url, timeout=None):
+        urls.append(url)
+        return io.BytesIO((folder / url.rsplit("/", 1)[1]).read_bytes())
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    paths = multi30k_paths("val", ["en", "de"], tmp_path / "cache")
+    assert paths == [tmp_path / "cache" / "val.en.gz", tmp_path / "cache" / "val.de.gz"]
+    assert urls == [data.MULTI30K_URL.format(name=n) for n in ("val.en.gz", "val.de.gz")]
+    assert paths[0].read_bytes() == (folder / "val.en.gz").read_bytes()
+    multi30k_paths("val", ["en", "de"], tmp_path / "cache")
+    assert len(urls) == 2  # present files are not fetched again
+
+
+def test_multi30k_download_corrupt(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: io.BytesIO(b"<html>"))
+    with pytest.raises(DataError, match=r"val\.en\.gz: downloaded file has SHA-256 .* expected"):
+        multi30k_paths("val", ["en"], tmp_path)
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,43 @@
+"""Scores: sacreBLEU on detokenised text, the Multi30k protocol, length buckets."""
+
+import pytest
+
+from lookback.evaluate import bleu_by_length, bucket_of, moses_lower, score
+
+
+def test_perfect_and_wrong_translations():
+    refs = ["Un chien court dans l'herbe.", "Deux hommes parlent."]
+    assert score(refs, refs, "fr").bleu == pytest.approx(100.0)
+    assert score(["Bonjour.", "Merci."], refs, "fr").bleu < 10
+
+
+def test_multi30k_protocol_tokenises_and_lowercases():
+    assert moses_lower(["Un Chien court, l'herbe."], "fr") == ["un chien court , l' herbe ."]
+    # case differences cost sacreBLEU but not the lowercased protocol
+    s = score(["un chien court dans l'herbe verte."], ["Un chien court dans l'herbe verte."], "fr")
+    assert s.multi30k_bleu == pytest.approx(100.0) and s.bleu < 100.0
+    assert "tok:13a" in s.bleu_signature and "nc:6" in s.chrf_signature
+
+
+def test_length_buckets_by_hand():
+    assert [bucket_of(n) for n in (1, 10, 11, 20, 21, 40, 41, 60, 61, 200)] == [
+        "1-10",
+        "1-10",
+        "11-20",
+        "11-20",
+        "21-30",
+        "31-40",
+        "41-60",
+        "41-60",
+        "60+",
+        "60+",
+    ]
+    srcs = ["a b", "a " * 15, "c d e"]
+    result = bleu_by_length(srcs, ["x y", "z", "c d e"], ["x y", "w", "c d e"])
+    assert list(result) == ["1-10", "11-20"]
+    assert result["1-10"]["sentences"] == 2 and result["11-20"]["sentences"] == 1
+
+
+def test_mismatched_counts_are_an_error():
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        score(["a", "b"], ["a"], "fr")

@@ -1,0 +1,131 @@
+"""The encoder-decoder: every branch runs, shapes and masks hold, fast path equals stepping."""
+
+import itertools
+
+import pytest
+import torch
+
+from lookback.batch import collate
+from lookback.config import ConfigError, from_dict
+from lookback.tokenizer import BOS
+
+from .conftest import tiny_model
+
+PAIRS = [([5, 6, 7, 8, 9], [5, 6, 7]), ([10, 11], [12, 13, 14, 15]), ([4, 5, 6], [7])]
+
+
+def combos():
+    for cell, bi, attention, feeding, attend_from in itertools.product(
+        ["rnn", "gru", "lstm"],
+        [True, False],
+        ["none", "dot", "general", "additive"],
+        [False, True],
+        ["current", "previous"],
+    ):
+        if attention == "none" and attend_from == "previous":
+            continue  # attend_from has no meaning without attention
+        yield cell, bi, attention, feeding, attend_from
+
+
+def model_for(cell, bi, attention, feeding, attend_from, **kw):
+    dec = 24 if bi else 12  # dot needs the decoder size to equal the encoder output size
+    return tiny_model(
+        cell=cell,
+        bidirectional=bi,
+        attention=attention,
+        input_feeding=feeding,
+        attend_from=attend_from,
+        dec_hidden_size=dec,
+        enc_layers=2,
+        dec_layers=2,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("cell,bi,attention,feeding,attend_from", list(combos()))
+def test_every_combination_runs_forward_and_backward(cell, bi, attention, feeding, attend_from):
+    model = model_for(cell, bi, attention, feeding, attend_from).train()
+    b = collate(PAIRS)
+    out = model(b.src, b.src_len, b.tgt_in)
+    B, T = b.tgt_in.shape
+    assert out.logits.shape == (B, T, 33)
+    if attention == "none":
+        assert out.alpha is None
+    else:
+        assert out.alpha.shape == (B, T, b.src.size(1))
+        assert torch.allclose(out.alpha.sum(-1), torch.ones(B, T), atol=1e-5)
+        assert (out.alpha[1, :, 2:] == 0).all()  # sentence 2 has two real source tokens
+    loss = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert model.encoder.embed.weight.grad.abs().sum() > 0  # the loss reaches the source side
+
+
+@pytest.mark.parametrize("attention", ["none", "dot", "general", "additive"])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_teacher_forcing_in_one_call_equals_stepping(attention, cell):
+    model = model_for(cell, True, attention, False, "current")
+    assert model.decoder.parallel
+    b = collate(PAIRS)
+    with torch.no_grad():
+        enc = model.encode(b.src, b.src_len)
+        state = model.decoder.init_state(enc)
+        whole = model.decoder(b.tgt_in, enc, state)
+        steps = []
+        for t in range(b.tgt_in.size(1)):
+            out = model.decoder(b.tgt_in[:, t : t + 1], enc, state)
+            state = out.state
+            steps.append(out.logits)
+    assert torch.allclose(whole.logits, torch.cat(steps, 1), atol=1e-5)
+
+
+def test_padding_does_not_change_a_sentence():
+    model = model_for("gru", True, "additive", True, "current")
+    alone = collate(PAIRS[1:2])
+    padded = collate(PAIRS)  # sentence 2 is padded to length 5 here
+    with torch.no_grad():
+        a = model(alone.src, alone.src_len, alone.tgt_in)
+        p = model(padded.src, padded.src_len, padded.tgt_in)
+    T = alone.tgt_in.size(1)
+    assert torch.allclose(a.logits[0], p.logits[1, :T], atol=1e-5)
+    assert torch.allclose(a.alpha[0], p.alpha[1, :T, :2], atol=1e-6)
+
+
+def test_without_attention_the_context_is_the_same_at_every_step():
+    model = model_for("gru", True, "none", False, "current", context="mean")
+    b = collate(PAIRS)
+    enc = model.encode(b.src, b.src_len)
+    c, alpha = model.decoder.context(torch.zeros(3, 4, 24), enc)
+    assert alpha is None and c.shape == (3, 4, 24)
+    assert torch.equal(c[:, 0], c[:, 3])
+    # context 'mean' is the mean of the real encoder states
+    assert torch.allclose(enc.c[1], enc.h[1, :2].mean(0), atol=1e-6)
+
+
+def test_final_context_joins_forward_end_and_backward_start():
+    model = model_for("gru", True, "none", False, "current", context="final")
+    b = collate(PAIRS)
+    enc = model.encode(b.src, b.src_len)
+    H = 12
+    # sentence 2 (length 2): forward state at its last real token, backward state at its first
+    assert torch.allclose(enc.c[1, :H], enc.h[1, 1, :H], atol=1e-6)
+    assert torch.allclose(enc.c[1, H:], enc.h[1, 0, H:], atol=1e-6)
+
+
+def test_dot_attention_with_mismatched_sizes_is_a_config_error():
+    with pytest.raises(ConfigError, match="model.attention: dot scores need s and h of one size"):
+        from_dict({"model": {"attention": "dot", "hidden_size": 256, "dec_hidden_size": 256}})
+
+
+def test_decoder_state_reorders_for_the_beam():
+    model = model_for("lstm", True, "additive", True, "current")
+    b = collate(PAIRS)
+    enc = model.encode(b.src, b.src_len)
+    state = model.decoder.init_state(enc)
+    idx = torch.tensor([2, 2, 0])
+    moved = state.index_select(idx)
+    assert torch.equal(moved.hidden[0][:, 0], state.hidden[0][:, 2])
+    assert torch.equal(enc.index_select(idx).keys[2], enc.keys[0])
+    y = torch.full((3, 1), BOS)
+    assert model.decoder(y, enc.index_select(idx), moved).logits.shape == (3, 1, 33)

@@ -1,0 +1,73 @@
+"""Greedy and beam search: the pure beam step by hand, beam 1 = greedy, limits, attention."""
+
+import math
+
+import pytest
+import torch
+
+from lookback.batch import pad
+from lookback.search import beam_search, beam_step, greedy, length_penalty, max_lengths
+
+from .conftest import tiny_model
+
+SRC = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
+
+
+def test_beam_step_on_hand_built_log_probabilities():
+    log = math.log
+    scores = torch.tensor([[log(0.6), log(0.4)]])  # (B=1, K=2)
+    logp = torch.tensor([[[log(0.5), log(0.3), log(0.2)], [log(0.9), log(0.05), log(0.05)]]])  # (1, K, V=3)
+    top, beams, tokens = beam_step(scores, logp, 3)
+    # products: beam0: .30 .18 .12; beam1: .36 .02 .02 -> best .36 (1,0), .30 (0,0), .18 (0,1)
+    assert torch.exp(top[0]).tolist() == pytest.approx([0.36, 0.30, 0.18])
+    assert beams[0].tolist() == [1, 0, 0]
+    assert tokens[0].tolist() == [0, 0, 1]
+
+
+def test_beam_step_ignores_empty_slots():
+    scores = torch.tensor([[0.0, float("-inf")]])
+    logp = torch.log_softmax(torch.randn(1, 2, 4), -1)
+    _, beams, _ = beam_step(scores, logp, 4)
+    assert beams[0].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("attention", ["none", "additive", "dot"])
+@pytest.mark.parametrize("feeding", [False, True])
+def test_beam_one_equals_greedy_exactly(attention, feeding):
+    model = tiny_model(attention=attention, input_feeding=feeding, dec_hidden_size=24, seed=3)
+    src, src_len = pad(SRC)
+    g = greedy(model, src, src_len, max_ratio=3.0)
+    b = beam_search(model, src, src_len, beam=1, alpha=0.0, max_ratio=3.0)
+    for gh, [bh] in zip(g, b, strict=True):
+        assert gh.tokens == bh.tokens
+        assert gh.logprob == pytest.approx(bh.logprob, abs=1e-5)
+        if attention != "none":
+            assert torch.allclose(gh.attention, bh.attention, atol=1e-6)
+
+
+def test_outputs_respect_the_length_limit_and_carry_attention():
+    model = tiny_model(attention="general", seed=1)
+    src, src_len = pad(SRC)
+    limits = max_lengths(src_len, 0.5).tolist()  # tokens, </s> included
+    for hyps in beam_search(model, src, src_len, beam=4, nbest=4, max_ratio=0.5):
+        assert len(hyps) >= 1
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    for i, h in enumerate(greedy(model, src, src_len, max_ratio=0.5)):
+        assert len(h.tokens) + 1 <= limits[i]
+        assert h.attention.shape == (len(h.tokens), len(SRC[i]))
+        assert torch.allclose(h.attention.sum(-1), torch.ones(len(h.tokens)), atol=1e-5)
+
+
+def test_beam_hypotheses_carry_their_own_attention_rows():
+    model = tiny_model(attention="additive", seed=2)
+    src, src_len = pad(SRC)
+    for i, hyps in enumerate(beam_search(model, src, src_len, beam=3, nbest=3)):
+        for h in hyps:
+            assert h.attention.shape == (len(h.tokens), len(SRC[i]))
+            assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 1.0))
+
+
+def test_length_penalty_is_gnmt():
+    assert length_penalty(1, 1.0) == 1.0
+    assert length_penalty(7, 0.5) == pytest.approx(math.sqrt(2))
+    assert length_penalty(9, 0.0) == 1.0

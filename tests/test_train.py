@@ -1,0 +1,133 @@
+"""Training: a tiny model must learn; checkpoints round-trip; a stopped run resumes exactly."""
+
+import json
+
+import pytest
+import torch
+
+from lookback.batch import pad, token_batches
+from lookback.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from lookback.config import from_dict
+from lookback.search import beam_search, greedy
+from lookback.train import Trainer
+from lookback.translator import Translator
+
+from .conftest import tiny_train_config, toy_pairs
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny attention model trained on the toy lexicon until it translates it."""
+    tmp = tmp_path_factory.mktemp("trained")
+    cfg = from_dict(tiny_train_config(tmp, train={"max_steps": 300, "valid_every": 100}))
+    trainer = Trainer(cfg)
+    trainer.train()
+    return trainer
+
+
+def test_a_tiny_model_learns_the_toy_translation(trained):
+    records = [json.loads(x) for x in (trained.run_dir / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in records if r["kind"] == "valid"]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in valid] == [100, 200, 300]
+    assert train[-1]["loss"] < train[0]["loss"] / 4
+    assert valid[-1]["bleu"] > 80.0
+    pairs = toy_pairs(50, seed=9)  # sentences it has not seen
+    outs = Translator.load(trained.run_dir).translate([e for e, _ in pairs], beam=3)
+    refs = [trained.tgt_tok.decode(trained.tgt_tok.encode(f)) for _, f in pairs]
+    exact = sum(o.text == r for o, r in zip(outs, refs, strict=True))
+    assert exact >= 35  # an untrained model gets none
+    assert all(o.attention.shape == (len(o.tokens), len(o.src_tokens)) for o in outs)
+
+
+def test_run_directory_holds_config_tokenizers_metrics_and_checkpoints(trained):
+    names = {p.name for p in trained.run_dir.iterdir()}
+    assert {"config.yaml", "tokenizer.json", "metrics.jsonl", "best.pt", "last.pt"} <= names
+    state = load_checkpoint(trained.run_dir / "last.pt")
+    assert state["progress"]["step"] == 300
+    assert state["config"]["model"]["attention"] == "additive"
+
+
+def test_checkpoint_round_trip_translates_identically(trained):
+    sentences = [e for e, _ in toy_pairs(12, seed=7)]
+    in_memory = Translator(trained.model, trained.src_tok, trained.tgt_tok, trained.cfg.decode)
+    loaded = Translator.load(trained.run_dir, checkpoint="last")
+    a = in_memory.translate(sentences, beam=3)
+    b = loaded.translate(sentences, beam=3)
+    assert [x.text for x in a] == [x.text for x in b]
+    assert [x.score for x in a] == pytest.approx([x.score for x in b])
+
+
+def test_beam_finds_higher_scoring_outputs_than_greedy_on_average(trained):
+    """Not a per-sentence guarantee: beam search is approximate too."""
+    model = trained.model.eval()
+    pairs = [trained.src_tok.encode(e) for e, _ in toy_pairs(80, seed=11, max_words=9)]
+    src, src_len = pad(pairs)
+    g = greedy(model, src, src_len)
+    b = beam_search(model, src, src_len, beam=5, alpha=0.0)
+    mean_greedy = sum(h.logprob for h in g) / len(g)
+    mean_beam = sum(hs[0].logprob for hs in b) / len(b)
+    assert mean_beam >= mean_greedy
+
+
+def params(trainer):
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_a_stopped_and_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path):
+    straight = Trainer(from_dict(tiny_train_config(tmp_path / "a", train={"max_steps": 40})))
+    straight.train()
+    first = from_dict(tiny_train_config(tmp_path / "b", train={"max_steps": 20}))
+    Trainer(first).train()
+    second = from_dict(tiny_train_config(tmp_path / "b", train={"max_steps": 40}))
+    resumed = Trainer(second, resume=True)
+    assert resumed.progress.step == 20
+    resumed.train()
+    a, b = params(straight), params(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed.progress.step == straight.progress.step == 40
+
+
+def test_resume_crosses_an_epoch_boundary_exactly(tmp_path):
+    # 300 short pairs in batches of <= 400 tokens: a few batches an epoch; resume mid-epoch
+    def config(folder, steps):
+        return from_dict(tiny_train_config(tmp_path / folder, train={"max_steps": steps, "valid_every": 15}))
+
+    straight = Trainer(config("a", 45))
+    straight.train()
+    Trainer(config("b", 30)).train()
+    resumed = Trainer(config("b", 45), resume=True)
+    resumed.train()
+    assert straight.progress.epoch >= 1
+    assert all(torch.equal(v, params(resumed)[k]) for k, v in params(straight).items())
+
+
+def test_an_existing_run_is_not_overwritten(tmp_path, trained):
+    cfg = from_dict(tiny_train_config(tmp_path, train={"run_dir": str(trained.run_dir)}))
+    with pytest.raises(FileExistsError, match="pass --resume"):
+        Trainer(cfg)
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        Trainer(from_dict(tiny_train_config(tmp_path / "new")), resume=True)
+
+
+def test_batches_are_bounded_seeded_and_cover_every_pair():
+    lengths = [(i % 17 + 1, (i * 7) % 13 + 1) for i in range(500)]
+    a = token_batches(lengths, 120, seed=3, epoch=0)
+    assert a == token_batches(lengths, 120, seed=3, epoch=0)
+    assert a != token_batches(lengths, 120, seed=3, epoch=1)
+    assert sorted(i for b in a for i in b) == list(range(500))
+    for b in a:
+        longest = max(max(lengths[i][0], lengths[i][1] + 1) for i in b)
+        assert longest * len(b) <= 120
+
+
+def test_checkpoints_are_written_atomically_and_corruption_is_one_line(tmp_path):
+    path = tmp_path / "x.pt"
+    save_checkpoint({"model": {"w": torch.ones(2)}, "config": {}}, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["x.pt"]  # no temporary file left
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"x.pt: not a readable lookback checkpoint"):
+        load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
