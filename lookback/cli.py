@@ -62,13 +62,11 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if sys.stdin.isatty():
         print(f"lookback: translating with beam {beam}; an empty line or Ctrl-D ends", file=sys.stderr)
         while True:
-            try:
-                line = input("> ").strip()
-            except EOFError:
+            print("> ", end="", file=sys.stderr, flush=True)  # the prompt stays off stdout
+            line = sys.stdin.readline()
+            if not line.strip():
                 break
-            if not line:
-                break
-            show([line], 0)
+            show([line.strip()], 0)
         return
     lines = (line.rstrip("\n") for line in sys.stdin)
     for n, chunk in enumerate(iter(lambda: list(itertools.islice(lines, 512)), [])):

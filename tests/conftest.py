@@ -11,6 +11,8 @@ import torch
 from lookback.config import ModelConfig, from_dict
 from lookback.model import build_model
 
+torch.set_num_threads(1)  # tiny tensors: threads cost more than they give
+
 WORDS = {  # a toy English -> French lexicon for corpora that a tiny model can learn
     "the": "le",
     "a": "un",

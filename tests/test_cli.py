@@ -72,3 +72,62 @@ def test_user_errors_are_one_line_with_exit_status_2(run, tmp_path, capsys):
 def test_python_dash_m_runs_the_cli():
     out = subprocess.run([sys.executable, "-m", "lookback", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "translate" in out.stdout
+
+
+def test_translate_is_interactive_on_a_terminal(run):
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lookback", "translate", str(run[0]), "--beam", "1"],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(follower)
+    os.write(leader, b"the dog runs .\n\n")
+    out, err = proc.communicate(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 0
+    assert "an empty line or Ctrl-D ends" in err
+    assert len([line for line in out.splitlines() if line.strip()]) == 1
+
+
+def test_a_killed_run_resumes_to_the_same_parameters(tmp_path):
+    """SIGKILL at some point after the first checkpoint, then --resume: same weights as no kill."""
+    import os
+    import signal
+    import time
+
+    import torch
+
+    from lookback.checkpoint import load_checkpoint
+
+    def config(name):
+        raw = tiny_train_config(tmp_path / name, train={"max_steps": 150, "valid_every": 10})
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        return path, tmp_path / name / "run"
+
+    straight, straight_dir = config("straight")
+    assert main(["train", str(straight)]) == 0
+
+    killed, killed_dir = config("killed")
+    cmd = [sys.executable, "-m", "lookback", "train", str(killed)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed_dir / "last.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.1)  # somewhere past the first checkpoint, maybe mid-write of the next
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    stopped_at = load_checkpoint(killed_dir / "last.pt")["progress"]["step"]
+    assert 10 <= stopped_at < 150
+    assert main(["train", str(killed), "--resume"]) == 0
+
+    a = load_checkpoint(straight_dir / "last.pt")
+    b = load_checkpoint(killed_dir / "last.pt")
+    assert b["progress"]["step"] == 150
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

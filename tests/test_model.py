@@ -7,6 +7,7 @@ import torch
 
 from lookback.batch import collate
 from lookback.config import ConfigError, from_dict
+from lookback.search import greedy
 from lookback.tokenizer import BOS
 
 from .conftest import tiny_model
@@ -129,3 +130,25 @@ def test_decoder_state_reorders_for_the_beam():
     assert torch.equal(enc.index_select(idx).keys[2], enc.keys[0])
     y = torch.full((3, 1), BOS)
     assert model.decoder(y, enc.index_select(idx), moved).logits.shape == (3, 1, 33)
+
+
+@pytest.mark.parametrize("attention", ["none", "additive"])
+def test_a_tiny_model_overfits_a_handful_of_pairs(attention):
+    pairs = [
+        ([5, 6, 7], [8, 9]),
+        ([10, 11, 12, 13], [14, 15, 16]),
+        ([7, 6, 5], [9, 8, 20]),
+        ([21, 22], [23, 24, 25, 26]),
+        ([12, 11, 10], [16, 15]),
+    ]
+    model = tiny_model(attention=attention, seed=0, dec_hidden_size=24).train()
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    b = collate(pairs)
+    for _ in range(150):
+        opt.zero_grad()
+        (model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out) / b.n_tokens).backward()
+        opt.step()
+    with torch.no_grad():
+        assert float(model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out)) / b.n_tokens < 0.05
+    hyps = greedy(model.eval(), b.src, b.src_len)
+    assert [h.tokens for h in hyps] == [t for _, t in pairs]

@@ -131,3 +131,12 @@ def test_checkpoints_are_written_atomically_and_corruption_is_one_line(tmp_path)
         load_checkpoint(path)
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_translator_handles_empty_and_overlong_input(trained):
+    t = Translator.load(trained.run_dir)
+    empty, long = t.translate(["", "the dog runs . " * 200], beam=2)
+    assert empty.text == "" and empty.tokens == []
+    assert len(long.src_tokens) == t.max_src_len  # cut, so one input cannot exhaust memory
+    with pytest.raises(ValueError, match="nbest"):
+        t.translate_nbest(["the dog"], beam=2, nbest=3)
