@@ -102,6 +102,17 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         print(f"  src: {src[i]}\n  ref: {ref[i]}\n  hyp: {hyps[i]}")
 
 
+def cmd_study(args: argparse.Namespace) -> None:
+    from .study import load_study, run_study
+
+    study = load_study(args.study)
+    result = run_study(study, train=not args.evaluate_only, extra=args.set)
+    print(
+        f"study {study.name}: {len(result['models'])} models, {len(result['tests'])} test sets, "
+        f"{result['wall_seconds'] / 60:.1f} min; report: {study.out_dir / 'report.md'}"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookback", description="RNN encoder-decoder NMT with attention.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
@@ -118,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", action="store_true", help="continue the run in train.run_dir from last.pt")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("study", help="train and compare models by source length (the bottleneck study)")
+    p.add_argument("study", help="study YAML file (see configs/study/)")
+    p.add_argument("--evaluate-only", action="store_true", help="evaluate the existing run directories")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value of every model (repeatable)",
+    )
+    p.set_defaults(func=cmd_study)
 
     for name, func, text in (
         ("translate", cmd_translate, "translate stdin to stdout"),
