@@ -3,6 +3,8 @@
     lookback train CONFIG [--set key=value ...] [--resume]
     lookback translate RUN_DIR [--beam N] [--nbest K]   (stdin -> stdout, or interactive)
     lookback evaluate RUN_DIR [--test SPEC] [--beam N]
+    lookback study STUDY.yaml [--evaluate-only]
+    lookback data synth --task reverse --lengths 5-100 --out DIR
 
 Errors that the user can fix print one line and exit with status 2;
 `--debug` shows the traceback instead.
@@ -22,6 +24,7 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError
 from .config import ConfigError, load_config
 from .data import DataError
+from .synth import add_synth_parser
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)
 
@@ -129,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", action="store_true", help="continue the run in train.run_dir from last.pt")
     p.set_defaults(func=cmd_train)
+
+    add_synth_parser(sub)  # lookback data synth
 
     p = sub.add_parser("study", help="train and compare models by source length (the bottleneck study)")
     p.add_argument("study", help="study YAML file (see configs/study/)")

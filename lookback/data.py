@@ -10,6 +10,13 @@ A corpus is named by a spec string (the `data.train`, `data.valid` and
 - ``path/file.tsv`` (or ``.tsv.gz``): one pair per line, ``src<TAB>tgt``.
 - ``path/prefix``: two line-aligned files ``prefix.SRC`` and ``prefix.TGT``
   (``train.en`` and ``train.fr``), each also tried with ``.gz`` appended.
+- ``concat:K:SPEC``: long pairs from any other SPEC, for the bottleneck study
+  (``concat:3:multi30k:test_2016_flickr``). Each group of K consecutive
+  pairs becomes one pair, sources joined by a space and targets joined by a
+  space; a tail of fewer than K pairs is dropped. K may be a range ``1-4``:
+  the corpus is cut, in order, into groups whose sizes cycle 1, 2, 3, 4, 1,
+  2, ... (no randomness, so a training mix of lengths is reproducible); the
+  tail too short for the next size is dropped.
 
 Pairs with an empty side are skipped with a warning. Every other problem
 (missing or empty file, bad UTF-8, files of different lengths) is a
@@ -20,8 +27,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import logging
 import os
+import re
 import shutil
 import tempfile
 import urllib.request
@@ -33,6 +42,7 @@ MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{n
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr")
 MULTI30K_LANGS = ("en", "fr", "de")
 _SUMS_FILE = Path(__file__).with_name("multi30k.sha256")
+_CONCAT = re.compile(r"concat:([0-9]+)(?:-([0-9]+))?:(.+)")  # concat:K:SPEC or concat:LO-HI:SPEC
 
 # SHA-256 of files already hashed, keyed by (path, mtime, size): a changed file is hashed again.
 _DIGESTS: dict[tuple[str, int, int], str] = {}
@@ -192,13 +202,48 @@ def _drop_empty_pairs(src: list[str], tgt: list[str], where: str) -> tuple[list[
     return [s for s, _ in kept], [t for _, t in kept]
 
 
+def concat_pairs(src: list[str], tgt: list[str], k_lo: int, k_hi: int) -> tuple[list[str], list[str]]:
+    """Join consecutive pairs into longer ones, in groups whose sizes cycle k_lo, ..., k_hi.
+
+    Args:
+        src: source sentences.
+        tgt: target sentences, aligned with `src`.
+        k_lo: size of the first group (k_lo == k_hi: every group has that size).
+        k_hi: size of the largest group, after which the sizes start again at k_lo.
+
+    Returns:
+        (sources, targets), each group joined by spaces; a tail shorter than its group is dropped.
+    """
+    if not 1 <= k_lo <= k_hi:
+        raise ValueError(f"group sizes {k_lo}-{k_hi}: expected 1 <= lo <= hi")
+    out_src, out_tgt, start = [], [], 0
+    for k in itertools.cycle(range(k_lo, k_hi + 1)):
+        if start + k > len(src):
+            break
+        out_src.append(" ".join(src[start : start + k]))
+        out_tgt.append(" ".join(tgt[start : start + k]))
+        start += k
+    return out_src, out_tgt
+
+
+def _parse_concat(spec: str) -> tuple[int, int, str]:
+    """'concat:1-4:multi30k:train' -> (1, 4, 'multi30k:train'); K alone gives (K, K)."""
+    match = _CONCAT.fullmatch(spec)
+    if not match or not 1 <= int(match[1]) <= int(match[2] or match[1]):
+        raise DataError(
+            f"{spec}: expected concat:K:SPEC, with K an integer >= 1 or a range LO-HI such as 1-4 "
+            f"and SPEC another corpus spec"
+        )
+    return int(match[1]), int(match[2] or match[1]), match[3]
+
+
 def read_parallel(
     spec: str, src_lang: str, tgt_lang: str, multi30k: str | None = None
 ) -> tuple[list[str], list[str]]:
     """Read the corpus named by `spec` (see the module docstring for its forms).
 
     Args:
-        spec: ``multi30k:SPLIT``, a ``.tsv``/``.tsv.gz`` file, or a path prefix.
+        spec: ``multi30k:SPLIT``, a ``.tsv``/``.tsv.gz`` file, a path prefix, or ``concat:K:SPEC``.
         src_lang: source language code (the suffix of prefix files).
         tgt_lang: target language code.
         multi30k: the configured Multi30k folder (`data.multi30k_dir`), if any.
@@ -206,6 +251,12 @@ def read_parallel(
     Returns:
         (source sentences, target sentences), aligned, without empty pairs.
     """
+    if spec.startswith("concat:"):
+        k_lo, k_hi, inner = _parse_concat(spec)
+        src, tgt = concat_pairs(*read_parallel(inner, src_lang, tgt_lang, multi30k), k_lo, k_hi)
+        if not src:
+            raise DataError(f"{spec}: {inner} has fewer than {k_lo} pairs, too few to join")
+        return src, tgt
     if spec.startswith("multi30k:"):
         directory = multi30k_dir(multi30k)
         src_path, tgt_path = multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], directory)

@@ -89,3 +89,13 @@ def bleu_by_length(srcs: list[str], hyps: list[str], refs: list[str]) -> dict[st
         for k in order
         if k in groups
     }
+
+
+def sequence_accuracy(hyps: list[str], refs: list[str]) -> float:
+    """Percent of hypotheses equal to their reference, after stripping surrounding whitespace."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    if not refs:
+        return 0.0
+    exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs, strict=True))
+    return 100.0 * exact / len(refs)

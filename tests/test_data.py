@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lookback import data
-from lookback.data import DataError, multi30k_dir, multi30k_paths, read_lines, read_parallel
+from lookback.data import DataError, concat_pairs, multi30k_dir, multi30k_paths, read_lines, read_parallel
 
 SHARED_MULTI30K = Path("/work/shared/data/multi30k")
 
@@ -215,3 +215,60 @@ def test_multi30k_download_corrupt(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(DataError, match=r"val\.en\.gz: downloaded file has SHA-256 .* expected"):
         multi30k_paths("val", ["en"], tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_concat_pairs_by_hand() -> None:
+    src, tgt = ["a", "b", "c", "d", "e"], ["A", "B", "C", "D", "E"]
+    assert concat_pairs(src, tgt, 2, 2) == (["a b", "c d"], ["A B", "C D"])  # "e" is a short tail
+    assert concat_pairs(src, tgt, 1, 1) == (src, tgt)
+    assert concat_pairs(src, tgt, 6, 6) == ([], [])
+
+
+def test_concat_pairs_cycles_a_range() -> None:
+    src = [str(i) for i in range(1, 14)]
+    joined, _ = concat_pairs(src, src, 1, 3)
+    # sizes 1, 2, 3, 1, 2, 3 take 12 pairs; the next size is 1 again, and "13" fits it
+    assert joined == ["1", "2 3", "4 5 6", "7", "8 9", "10 11 12", "13"]
+    joined, _ = concat_pairs(src[:11], src[:11], 1, 3)  # after 1+2+3+1+2 = 9, a group of 3 does not fit
+    assert joined == ["1", "2 3", "4 5 6", "7", "8 9"]
+    assert concat_pairs(src, src, 2, 3)[0] == ["1 2", "3 4 5", "6 7", "8 9 10", "11 12"]
+
+
+def test_concat_spec(tmp_path: Path) -> None:
+    write(tmp_path / "c.en", "a man\na dog\nruns\nsleeps\nhere\n")
+    write(tmp_path / "c.fr", "un homme\nun chien\ncourt\ndort\nici\n")
+    src, tgt = read_parallel(f"concat:2:{tmp_path / 'c'}", "en", "fr")
+    assert (src, tgt) == (["a man a dog", "runs sleeps"], ["un homme un chien", "court dort"])
+    src, _ = read_parallel(f"concat:1-2:{tmp_path / 'c'}", "en", "fr")
+    assert src == ["a man", "a dog runs", "sleeps"]
+    tsv = write(tmp_path / "c.tsv", "x\tX\ny\tY\nz\tZ\n")
+    assert read_parallel(f"concat:3:{tsv}", "en", "fr") == (["x y z"], ["X Y Z"])
+    assert read_parallel(f"concat:1:concat:2:{tsv}", "en", "fr") == (["x y"], ["X Y"])  # specs nest
+
+
+@pytest.mark.parametrize("k", ["0", "x", "3-1", "0-2", "2-", "-2", "1.5", ""])
+def test_concat_bad_k(tmp_path: Path, k: str) -> None:
+    spec = f"concat:{k}:{tmp_path / 'c'}"
+    with pytest.raises(DataError, match=r"expected concat:K:SPEC, with K an integer >= 1") as info:
+        read_parallel(spec, "en", "fr")
+    assert str(info.value).startswith(spec) and "\n" not in str(info.value)
+
+
+def test_concat_without_inner_spec_or_enough_pairs(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="expected concat:K:SPEC"):
+        read_parallel("concat:3", "en", "fr")
+    with pytest.raises(DataError, match="expected concat:K:SPEC"):
+        read_parallel("concat:3:", "en", "fr")
+    tsv = write(tmp_path / "c.tsv", "x\tX\ny\tY\n")
+    with pytest.raises(DataError, match=rf"^concat:3:{re.escape(str(tsv))}: .* has fewer than 3 pairs"):
+        read_parallel(f"concat:3:{tsv}", "en", "fr")
+
+
+def test_concat_multi30k() -> None:
+    folder = _real_multi30k()
+    src, tgt = read_parallel("multi30k:test_2016_flickr", "en", "fr", multi30k=str(folder))
+    long_src, long_tgt = read_parallel("concat:3:multi30k:test_2016_flickr", "en", "fr", multi30k=str(folder))
+    assert len(long_src) == len(long_tgt) == 1000 // 3
+    assert long_src[1] == " ".join(src[3:6]) and long_tgt[-1] == " ".join(tgt[996:999])
+    mixed, _ = read_parallel("concat:1-4:multi30k:test_2016_flickr", "en", "fr", multi30k=str(folder))
+    assert len(mixed) == 400 and mixed[3] == " ".join(src[6:10])  # 1000 = 100 cycles of 1+2+3+4

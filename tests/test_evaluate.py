@@ -2,7 +2,7 @@
 
 import pytest
 
-from lookback.evaluate import bleu_by_length, bucket_of, moses_lower, score
+from lookback.evaluate import bleu_by_length, bucket_of, moses_lower, score, sequence_accuracy
 
 
 def test_perfect_and_wrong_translations():
@@ -41,3 +41,11 @@ def test_length_buckets_by_hand():
 def test_mismatched_counts_are_an_error():
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
         score(["a", "b"], ["a"], "fr")
+
+
+def test_sequence_accuracy():
+    assert sequence_accuracy(["a b", " c d ", "e"], ["a b", "c d", "e f"]) == pytest.approx(200 / 3)
+    assert sequence_accuracy(["a  b"], ["a b"]) == 0.0  # only surrounding whitespace is stripped
+    assert sequence_accuracy([], []) == 0.0
+    with pytest.raises(ValueError, match="1 hypotheses but 2 references"):
+        sequence_accuracy(["a"], ["a", "b"])

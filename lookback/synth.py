@@ -1,0 +1,213 @@
+"""Synthetic parallel corpora that show the fixed-context bottleneck cleanly.
+
+Without attention the decoder sees the source only through one fixed-size
+vector c (Sutskever et al. 2014; Cho et al. 2014), so c must hold the whole
+sequence and quality falls as sentences grow. With attention the decoder
+looks back at every encoder state h_i (Bahdanau et al. 2015). These tasks
+have exact answers and no ambiguity, so a gap in sequence accuracy between
+the two is the bottleneck and nothing else:
+
+- ``copy``: the target is the source.
+- ``reverse``: the target is the source, reversed (the alignment is the
+  anti-diagonal; Sutskever et al. reversed their sources for this reason).
+- ``translate``: a toy language pair. Every source word ``a7`` has one target
+  word ``b31`` through a fixed one-to-one lexicon (other spellings, so a
+  model cannot just copy), and source words are either adjectives or nouns:
+  an adjective directly followed by a noun is swapped in the target, as in
+  "black cat" -> "chat noir". Read left to right, pairs do not overlap:
+  ``ADJ ADJ NOUN`` -> ``ADJ' NOUN' ADJ'``.
+
+Source words are drawn uniformly from `vocab` words, with lengths uniform in
+[lo, hi]. The lexicon and the word classes depend only on `vocab`, never on
+the seed, so train, valid and test files made with different seeds share
+one language.
+
+    lookback data synth --task reverse --lengths 25-35 --seed 1 --out data/reverse
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+TASKS = ("copy", "reverse", "translate")
+SPLITS = ("train", "val", "test")
+DEFAULT_SIZES = {"train": 20000, "val": 500, "test": 1000}  # sentence pairs per split
+
+
+@dataclass(frozen=True)
+class Language:
+    """The toy language pair of the ``translate`` task."""
+
+    lexicon: dict[str, str]  # source word -> target word, one-to-one
+    adjectives: frozenset[str]  # source words that swap with a following noun; the rest are nouns
+
+
+@lru_cache(maxsize=8)
+def language(vocab: int) -> Language:
+    """The lexicon and word classes for `vocab` source words (a fixed function of `vocab`)."""
+    rng = random.Random(f"lookback-synth-language-{vocab}")  # str seeds are stable across runs
+    targets = [f"b{i}" for i in range(vocab)]
+    rng.shuffle(targets)
+    sources = source_words(vocab)
+    adjectives = rng.sample(sources, vocab // 2)
+    return Language(dict(zip(sources, targets, strict=True)), frozenset(adjectives))
+
+
+def source_words(vocab: int) -> list[str]:
+    """The source vocabulary: a0, a1, ..., a{vocab-1}."""
+    return [f"a{i}" for i in range(vocab)]
+
+
+def translate(words: list[str], lang: Language) -> list[str]:
+    """Word-by-word translation through the lexicon, swapping each adjective-noun pair."""
+    out, i = [], 0
+    while i < len(words):
+        if i + 1 < len(words) and words[i] in lang.adjectives and words[i + 1] not in lang.adjectives:
+            out += [lang.lexicon[words[i + 1]], lang.lexicon[words[i]]]  # "black cat" -> "chat noir"
+            i += 2
+        else:
+            out.append(lang.lexicon[words[i]])
+            i += 1
+    return out
+
+
+def make_pairs(
+    task: str, n: int, lengths: tuple[int, int], seed: int, vocab: int = 50
+) -> list[tuple[str, str]]:
+    """`n` (source, target) pairs of a synthetic task.
+
+    Args:
+        task: one of TASKS.
+        n: number of pairs.
+        lengths: (lo, hi), source length in words drawn uniformly from [lo, hi].
+        seed: seeds the sentences (not the lexicon of ``translate``).
+        vocab: number of distinct source words.
+
+    Returns:
+        Pairs of space-separated words.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown task '{task}' (valid: {', '.join(TASKS)})")
+    lo, hi = lengths
+    if not 1 <= lo <= hi:
+        raise ValueError(f"lengths {lo}-{hi}: expected 1 <= lo <= hi")
+    if vocab < 2:
+        raise ValueError(f"vocab {vocab}: expected at least 2 words")
+    if n < 0:
+        raise ValueError(f"n {n}: expected a number of pairs >= 0")
+    rng = random.Random(seed)
+    words = source_words(vocab)
+    pairs = []
+    for _ in range(n):
+        src = [rng.choice(words) for _ in range(rng.randint(lo, hi))]
+        if task == "copy":
+            tgt = src
+        elif task == "reverse":
+            tgt = src[::-1]
+        else:
+            tgt = translate(src, language(vocab))
+        pairs.append((" ".join(src), " ".join(tgt)))
+    return pairs
+
+
+def write_split(
+    prefix: Path, pairs: Iterable[tuple[str, str]], src_lang: str = "src", tgt_lang: str = "tgt"
+) -> None:
+    """Write ``prefix.src_lang`` and ``prefix.tgt_lang``, one sentence per line, UTF-8."""
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    pairs = list(pairs)
+    for lang, side in ((src_lang, 0), (tgt_lang, 1)):
+        text = "".join(pair[side] + "\n" for pair in pairs)
+        Path(f"{prefix}.{lang}").write_text(text, encoding="utf-8")
+
+
+def synth_corpus(
+    task: str,
+    out_dir: Path,
+    lengths: tuple[int, int],
+    seed: int,
+    sizes: dict[str, int] | None = None,
+    vocab: int = 50,
+) -> dict[str, Path]:
+    """Write ``out_dir/{train,val,test}.{src,tgt}``; split i of SPLITS is seeded with seed + i.
+
+    Args:
+        task: one of TASKS.
+        out_dir: folder for the files (created if needed).
+        lengths: (lo, hi) source length range.
+        seed: seed of the train split; val and test get seed + 1 and seed + 2.
+        sizes: pairs per split (default DEFAULT_SIZES); a split left out is not written.
+        vocab: number of distinct source words.
+
+    Returns:
+        {split: path prefix}, ready for the `data.train` / `data.valid` / `data.test` keys.
+    """
+    sizes = DEFAULT_SIZES if sizes is None else sizes
+    unknown = set(sizes) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"unknown split(s) {', '.join(sorted(unknown))} (valid: {', '.join(SPLITS)})")
+    prefixes = {}
+    for i, split in enumerate(SPLITS):
+        if split in sizes:
+            prefixes[split] = Path(out_dir) / split
+            write_split(prefixes[split], make_pairs(task, sizes[split], lengths, seed + i, vocab))
+    return prefixes
+
+
+def parse_lengths(text: str) -> tuple[int, int]:
+    """'5-100' -> (5, 100); '30' -> (30, 30)."""
+    lo, sep, hi = text.partition("-")
+    try:
+        lengths = (int(lo), int(hi) if sep else int(lo))
+    except ValueError:
+        raise ValueError(f"--lengths '{text}': expected LO-HI such as 5-100, or one length") from None
+    if not 1 <= lengths[0] <= lengths[1]:
+        raise ValueError(f"--lengths '{text}': expected 1 <= LO <= HI")
+    return lengths
+
+
+def cmd_synth(args: argparse.Namespace) -> None:
+    sizes = {"train": args.train, "val": args.val, "test": args.test}
+    prefixes = synth_corpus(
+        args.task, Path(args.out), parse_lengths(args.lengths), args.seed, sizes, args.vocab
+    )
+    for split, prefix in prefixes.items():
+        print(f"{split}: {prefix}.src / {prefix}.tgt ({sizes[split]} pairs)")
+    keys = [
+        "tokenizer.kind=word",
+        "data.src_lang=src",
+        "data.tgt_lang=tgt",
+        f"data.train={prefixes['train']}",
+        f"data.valid={prefixes['val']}",
+        f"data.test={prefixes['test']}",
+    ]
+    print("config:", " ".join(f"--set {k}" for k in keys))
+
+
+def add_synth_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``data synth`` on the subcommands `sub` of the `lookback` parser."""
+    data = sub.add_parser("data", help="make corpora")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    p = data_sub.add_parser("synth", help="write a synthetic parallel corpus (copy, reverse, translate)")
+    p.add_argument("--task", required=True, choices=TASKS, help="what the target is made from the source")
+    p.add_argument(
+        "--lengths", required=True, metavar="LO-HI", help="source lengths in words, LO-HI, e.g. 5-100"
+    )
+    p.add_argument("--seed", type=int, default=1, help="seed of the train split; val and test use seed+1, +2")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for {train,val,test}.{src,tgt}")
+    p.add_argument("--vocab", type=int, default=50, metavar="N", help="number of distinct source words")
+    for split in SPLITS:
+        p.add_argument(
+            f"--{split}",
+            type=int,
+            default=DEFAULT_SIZES[split],
+            metavar="N",
+            help=f"pairs in the {split} split",
+        )
+    p.set_defaults(func=cmd_synth)
