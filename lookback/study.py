@@ -17,6 +17,7 @@ with every model (e.g. hidden sizes), and the test sets:
       h128: {model.hidden_size: 128, model.dec_hidden_size: 128}
     tests: [multi30k:test_2016_flickr, "concat:3:multi30k:test_2016_flickr"]
     beam: 1
+    synth: {task: reverse, lengths: 5-60, seed: 1, out: data/synth/reverse}  # optional: made if missing
 
 `lookback study FILE` writes into `out_dir` (default: studies/NAME): a run
 directory per model (a finished one is not trained again; an interrupted one
@@ -42,6 +43,7 @@ from .checkpoint import load_checkpoint
 from .config import Config, ConfigError, load_config
 from .data import read_parallel
 from .evaluate import BUCKETS, bucket_of, sequence_accuracy
+from .synth import parse_lengths, synth_corpus
 from .train import Trainer
 from .translator import Translator
 
@@ -61,6 +63,7 @@ class Study:
     grid: dict[str, list[str]] = field(default_factory=dict)  # label -> overrides
     tests: list[str] = field(default_factory=list)
     beam: int = 1
+    synth: dict[str, Any] | None = None  # a synthetic corpus to write first, if it is missing
 
     def configs(self, extra: list[str] = ()) -> dict[str, Config]:
         """One validated config per model (x grid cell), each with its run directory."""
@@ -92,7 +95,7 @@ def load_study(path: str | Path) -> Study:
         raise ConfigError(f"{path}: cannot read study ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    known = {"name", "base", "out_dir", "set", "models", "grid", "tests", "beam"}
+    known = {"name", "base", "out_dir", "set", "models", "grid", "tests", "beam", "synth"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown study key {unknown[0]!r} (valid: {', '.join(sorted(known))})")
@@ -115,9 +118,22 @@ def load_study(path: str | Path) -> Study:
         grid={str(k): _as_sets(v, f"{path}: grid.{k}") for k, v in grid.items()},
         tests=[str(t) for t in tests],
         beam=int(raw.get("beam", 1)),
+        synth=raw.get("synth"),
     )
+    if study.synth is not None and not {"task", "lengths", "out"} <= set(study.synth):
+        raise ConfigError(f"{path}: synth: expected task, lengths and out (and optionally seed, vocab)")
     study.configs()  # validate every model's config now, before any work starts
     return study
+
+
+def _make_synth(spec: dict[str, Any]) -> None:
+    """Write the study's synthetic corpus unless it is there already."""
+    out = Path(spec["out"])
+    if (out / "test.src").exists():
+        return
+    lengths = parse_lengths(str(spec["lengths"]))
+    synth_corpus(spec["task"], out, lengths, int(spec.get("seed", 1)), vocab=int(spec.get("vocab", 50)))
+    logger.info("study: wrote the %s corpus to %s", spec["task"], out)
 
 
 def _finished(run_dir: Path) -> bool:
@@ -241,6 +257,8 @@ def _plot(path: Path, results: dict[str, dict[str, dict]], key: str, ylabel: str
 def run_study(study: Study, train: bool = True, extra: list[str] = ()) -> dict:
     """Train (unless `train` is False), evaluate, and write every table and plot."""
     start = time.perf_counter()
+    if study.synth is not None:
+        _make_synth(study.synth)
     configs = study.configs(extra)
     study.out_dir.mkdir(parents=True, exist_ok=True)
     train_seconds = train_models(configs) if train else {}

@@ -81,3 +81,22 @@ def test_study_files_are_checked_before_any_work(tmp_path, study_file):
     bad.write_text(yaml.safe_dump({**raw, "modles": {}}), encoding="utf-8")
     with pytest.raises(ConfigError, match="unknown study key 'modles'"):
         load_study(bad)
+
+
+def test_a_study_writes_its_synthetic_corpus_when_missing(tmp_path, study_file, monkeypatch):
+    from lookback.study import _make_synth
+
+    raw = yaml.safe_load(study_file.read_text())
+    raw["synth"] = {"task": "reverse", "lengths": "3-5", "seed": 2, "out": str(tmp_path / "rev")}
+    path = tmp_path / "with_synth.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    study = load_study(path)
+    _make_synth(study.synth)
+    src = (tmp_path / "rev" / "test.src").read_text().splitlines()
+    tgt = (tmp_path / "rev" / "test.tgt").read_text().splitlines()
+    assert [t.split() for t in tgt] == [s.split()[::-1] for s in src]
+    assert all(3 <= len(s.split()) <= 5 for s in src)
+    raw["synth"] = {"task": "reverse"}
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match="synth: expected task, lengths and out"):
+        load_study(path)
