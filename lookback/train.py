@@ -184,8 +184,13 @@ class Trainer:
         return float(loss.detach())
 
     def _check_limits(self) -> None:
+        """The stopping rules; a resumed run given a larger budget goes on."""
         cfg, p = self.cfg.train, self.progress
         if cfg.max_steps and p.step >= cfg.max_steps:
+            p.done = True
+        if p.epoch >= cfg.max_epochs:
+            p.done = True
+        if cfg.early_stopping and p.bad_validations >= cfg.early_stopping:
             p.done = True
         if cfg.time_limit and p.seconds >= cfg.time_limit * 60:
             logger.info("time limit of %g minutes reached at step %d", cfg.time_limit, p.step)

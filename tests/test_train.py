@@ -140,3 +140,15 @@ def test_translator_handles_empty_and_overlong_input(trained):
     assert len(long.src_tokens) == t.max_src_len  # cut, so one input cannot exhaust memory
     with pytest.raises(ValueError, match="nbest"):
         t.translate_nbest(["the dog"], beam=2, nbest=3)
+
+
+def test_a_finished_run_stays_finished_and_a_larger_budget_trains_on(tmp_path):
+    Trainer(from_dict(tiny_train_config(tmp_path, train={"max_steps": 20, "valid_every": 10}))).train()
+    again = Trainer(
+        from_dict(tiny_train_config(tmp_path, train={"max_steps": 20, "valid_every": 10})), resume=True
+    )
+    assert again.train().step == 20  # nothing more to do
+    more = Trainer(
+        from_dict(tiny_train_config(tmp_path, train={"max_steps": 30, "valid_every": 10})), resume=True
+    )
+    assert more.train().step == 30
