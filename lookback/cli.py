@@ -109,7 +109,8 @@ def cmd_study(args: argparse.Namespace) -> None:
     from .study import load_study, run_study
 
     study = load_study(args.study)
-    result = run_study(study, train=not args.evaluate_only, extra=args.set)
+    only = args.models.split(",") if args.models else None
+    result = run_study(study, train=not args.evaluate_only, extra=args.set, only=only)
     print(
         f"study {study.name}: {len(result['models'])} models, {len(result['tests'])} test sets, "
         f"{result['wall_seconds'] / 60:.1f} min; report: {study.out_dir / 'report.md'}"
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("study", help="train and compare models by source length (the bottleneck study)")
     p.add_argument("study", help="study YAML file (see configs/study/)")
     p.add_argument("--evaluate-only", action="store_true", help="evaluate the existing run directories")
+    p.add_argument("--models", help="comma-separated names: run only these models of the study")
     p.add_argument(
         "--set",
         action="append",

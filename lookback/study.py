@@ -66,11 +66,14 @@ class Study:
     beam: int = 1
     synth: dict[str, Any] | None = None  # a synthetic corpus to write first, if it is missing
 
-    def configs(self, extra: list[str] = ()) -> dict[str, Config]:
-        """One validated config per model (x grid cell), each with its run directory."""
+    def configs(self, extra: list[str] = (), only: list[str] | None = None) -> dict[str, Config]:
+        """One validated config per model (x grid cell), each with its run directory;
+        `only` keeps the named models."""
         cells = self.grid or {"": []}
         out = {}
         for model, model_set in self.models.items():
+            if only and model not in only:
+                continue
             for label, cell_set in cells.items():
                 name = f"{model}@{label}" if label else model
                 run_dir = self.out_dir / "runs" / name
@@ -248,12 +251,15 @@ def _plot(path: Path, results: dict[str, dict[str, dict]], key: str, ylabel: str
     plt.close(fig)
 
 
-def run_study(study: Study, train: bool = True, extra: list[str] = ()) -> dict:
+def run_study(study: Study, train: bool = True, extra: list[str] = (), only: list[str] | None = None) -> dict:
     """Train (unless `train` is False), evaluate, and write every table and plot."""
+    unknown = sorted(set(only or []) - set(study.models))
+    if unknown:
+        raise ConfigError(f"{study.path}: no model named {unknown[0]!r} (models: {', '.join(study.models)})")
     start = time.perf_counter()
     if study.synth is not None:
         _make_synth(study.synth)
-    configs = study.configs(extra)
+    configs = study.configs(extra, only)
     study.out_dir.mkdir(parents=True, exist_ok=True)
     train_seconds = train_models(configs) if train else {}
     translators = {name: Translator.load(cfg.train.run_dir) for name, cfg in configs.items()}

@@ -50,6 +50,10 @@ def test_a_tiny_study_writes_every_table_and_plot(study_file, capsys):
     assert main(["study", str(study_file), "--evaluate-only"]) == 0
     assert main(["study", str(study_file)]) == 0
     assert (out / "runs" / "none" / "last.pt").stat().st_mtime == first_mtime
+    assert main(["study", str(study_file), "--evaluate-only", "--models", "none"]) == 0
+    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none"}
+    assert main(["study", str(study_file), "--models", "dot"]) == 2
+    assert "no model named 'dot'" in capsys.readouterr().err
 
 
 def test_the_compression_table_by_hand():
