@@ -117,6 +117,10 @@ def cmd_study(args: argparse.Namespace) -> None:
     )
 
 
+def _add_set(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookback", description="RNN encoder-decoder NMT with attention.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
@@ -124,13 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a model from a YAML config")
     p.add_argument("config", help="YAML config file (see configs/)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set train.lr=0.0005 (repeatable)",
-    )
+    _add_set(p, "override a config value, e.g. --set train.lr=0.0005 (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue the run in train.run_dir from last.pt")
     p.set_defaults(func=cmd_train)
 
@@ -140,13 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study", help="study YAML file (see configs/study/)")
     p.add_argument("--evaluate-only", action="store_true", help="evaluate the existing run directories")
     p.add_argument("--models", help="comma-separated names: run only these models of the study")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value of every model (repeatable)",
-    )
+    _add_set(p, "override a config value of every model (repeatable)")
     p.set_defaults(func=cmd_study)
 
     for name, func, text in (
