@@ -4,6 +4,10 @@
     lookback translate RUN_DIR [--beam N] [--nbest K]   (stdin -> stdout, or interactive)
     lookback evaluate RUN_DIR [--test SPEC] [--beam N]
     lookback study STUDY.yaml [--evaluate-only]
+    lookback attention RUN_DIR "sentence" -o plot.png [--words]
+    lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
+    lookback neighbours RUN_DIR WORD [--side target]
+    lookback serve RUN_DIR [RUN_DIR ...] [--port 8000]
     lookback data synth --task reverse --lengths 5-100 --out DIR
 
 Errors that the user can fix print one line and exit with status 2;
@@ -117,8 +121,71 @@ def cmd_study(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_attention(args: argparse.Namespace) -> None:
+    from .alignment import plot_alignment
+
+    translator = _translator(args)
+    beam = max(args.beam, args.hypothesis + 1)
+    outs = translator.translate_nbest([args.sentence], beam, args.hypothesis + 1)[0]
+    if args.hypothesis >= len(outs):
+        raise ValueError(f"beam {beam} found {len(outs)} hypotheses; there is no number {args.hypothesis}")
+    out = outs[args.hypothesis]
+    if out.attention is None:
+        kind = translator.config.model.attention if translator.config else "none"
+        raise ValueError(
+            f"{args.run_dir}: the model has attention {kind!r}, so there is no alignment to plot"
+        )
+    search = "greedy" if beam == 1 else f"beam {beam}, hypothesis {args.hypothesis + 1}"
+    plot_alignment(
+        out.attention,
+        out.src_tokens,
+        out.tokens,
+        args.output,
+        title=f"{out.text}  ({search})",
+        words=args.words,
+    )
+    print(out.text)
+    print(f"alignment: {args.output}")
+
+
+def cmd_explain(args: argparse.Namespace) -> None:
+    from .explain import format_trace, lecture, lecture_numbers, trace
+
+    if args.lecture:
+        print(json.dumps(lecture_numbers(), indent=2) if args.json else lecture())
+        return
+    if not args.run_dir or args.sentence is None:
+        raise ValueError("explain needs RUN_DIR and a sentence (or --lecture)")
+    tr = trace(_translator(args), args.sentence, beam=args.beam, hypothesis=args.hypothesis)
+    print(
+        json.dumps(tr.to_dict(), indent=2, ensure_ascii=False) if args.json else format_trace(tr, args.step)
+    )
+
+
+def cmd_neighbours(args: argparse.Namespace) -> None:
+    from .neighbours import neighbours
+
+    pieces, near = neighbours(_translator(args), args.word, side=args.side, k=args.k)
+    how = "" if len(pieces) == 1 else f" (the mean of its pieces {' '.join(pieces)})"
+    print(f"nearest to {args.word!r}{how} in the {args.side} embeddings, by cosine similarity:")
+    for piece, sim in near:
+        print(f"  {sim:7.3f}  {piece}")
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from .serve import serve
+
+    serve(args.run_dirs, host=args.host, port=args.port, checkpoint=args.checkpoint, max_chars=args.max_chars)
+
+
 def _add_set(p: argparse.ArgumentParser, text: str) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=text)
+
+
+def _add_search(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+    p.add_argument("--hypothesis", type=int, default=0, help="which beam hypothesis, 0 = the best")
+    p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +207,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", help="comma-separated names: run only these models of the study")
     _add_set(p, "override a config value of every model (repeatable)")
     p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("attention", help="plot the alignment matrix of one translation")
+    p.add_argument("run_dir", help="run directory written by `lookback train`")
+    p.add_argument("sentence", help="the source sentence")
+    p.add_argument("-o", "--output", required=True, help="image file: .png, .svg or .pdf")
+    p.add_argument("--words", action="store_true", help="merge subword pieces into words")
+    _add_search(p)
+    p.set_defaults(func=cmd_attention)
+
+    p = sub.add_parser("explain", help="trace a translation step by step (or --lecture: the notes' examples)")
+    p.add_argument("run_dir", nargs="?", help="run directory written by `lookback train`")
+    p.add_argument("sentence", nargs="?", help="the source sentence")
+    p.add_argument("--lecture", action="store_true", help="run the lecture notes' worked examples")
+    p.add_argument("--json", action="store_true", help="print the trace as JSON")
+    p.add_argument("--step", type=int, help="show only this output step (from 1)")
+    _add_search(p)
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("neighbours", help="nearest words in a learned embedding table")
+    p.add_argument("run_dir", help="run directory written by `lookback train`")
+    p.add_argument("word")
+    p.add_argument("--side", choices=("source", "target"), default="source", help="which embedding table")
+    p.add_argument("-k", type=int, default=10, help="how many neighbours")
+    p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
+    p.set_defaults(func=cmd_neighbours)
+
+    p = sub.add_parser("serve", help="the web explorer: translations and attention, models side by side")
+    p.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to load (NAME=DIR names one)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-chars", type=int, default=500, help="longest input sentence accepted")
+    p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
+    p.set_defaults(func=cmd_serve)
 
     for name, func, text in (
         ("translate", cmd_translate, "translate stdin to stdout"),

@@ -8,7 +8,7 @@ out.text, out.tokens, out.score, out.attention   # attention: (len(tokens), len(
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -29,6 +29,8 @@ class Translation:
     src_tokens: list[str]  # source pieces, one per attention column
     score: float  # log-probability / length penalty (plain log-probability for greedy)
     attention: Tensor | None  # (len(tokens), len(src_tokens)); None for attention 'none'
+    ids: list[int] = field(default_factory=list)  # output token ids, without </s>
+    src_ids: list[int] = field(default_factory=list)  # source token ids, as the model read them
 
 
 class Translator:
@@ -115,4 +117,6 @@ class Translator:
             src_tokens=self.src_tok.pieces(src_ids),
             score=hyp.score,
             attention=hyp.attention,
+            ids=hyp.tokens,
+            src_ids=src_ids,
         )

@@ -131,3 +131,24 @@ def test_a_killed_run_resumes_to_the_same_parameters(tmp_path):
     b = load_checkpoint(killed_dir / "last.pt")
     assert b["progress"]["step"] == 150
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_attention_explain_and_neighbours_from_the_cli(run, tmp_path, capsys):
+    run_dir, _ = run
+    plot = tmp_path / "a.svg"
+    assert main(["attention", str(run_dir), "the dog sees a cat .", "-o", str(plot), "--beam", "3"]) == 0
+    assert plot.stat().st_size > 1000 and "alignment" in capsys.readouterr().out
+    assert main(["explain", str(run_dir), "the dog sees a cat .", "--step", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "step 1:" in out and "(2) weight" in out and "step 2:" not in out
+    assert main(["explain", str(run_dir), "the dog .", "--json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert trace["steps"][-1]["token"] == "</s>"
+    assert main(["explain", "--lecture"]) == 0
+    assert "0.5251" in capsys.readouterr().out
+    assert main(["neighbours", str(run_dir), "dog", "-k", "3"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 4
+    assert main(["neighbours", str(run_dir), "zebra"]) == 2
+    assert "not in the source vocabulary" in capsys.readouterr().err
+    assert main(["explain", str(run_dir)]) == 2
+    assert "needs RUN_DIR and a sentence" in capsys.readouterr().err
