@@ -88,7 +88,7 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
     steps: list[Step] = []
     try:
         src = torch.tensor([hyp.src_ids], device=device)
-        enc = model.encode(src, torch.tensor([len(hyp.src_ids)]))
+        enc = model.encode(src, torch.tensor([len(hyp.src_ids)], device=device))
         state = dec.init_state(enc)
         y, previous = BOS, None
         for t, target in enumerate([*hyp.ids, EOS]):
@@ -128,7 +128,7 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
         src_tokens=hyp.src_tokens,
         translation=hyp.text,
         tokens=hyp.tokens,
-        attention=translator.config.model.attention if translator.config else "additive",
+        attention=dec.attention,
         beam=beam,
         hypothesis=hypothesis,
         score=hyp.score,
