@@ -1,0 +1,420 @@
+"""python -m bench: measure lookback and Joey NMT on the same configuration, same run, same machine.
+
+For each named configuration (bench/settings.py) and each system, two
+fresh processes, so that each one's peak memory is its own:
+
+1. train: from step-0 weights, on the shared batch plan, for the wall-clock
+   budget; throughput after warm-up, peak memory; saves the weights;
+2. translate: those weights on test_2016_flickr, greedy and beam 5;
+   sentences/s and sacreBLEU.
+
+Then a table with each figure as the ratio lookback / Joey, and one JSON
+file per configuration in bench/results/ (bench/results/quick/ for
+--quick), written whatever happened: a failed or timed-out measurement is
+recorded with its error, not dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import settings
+from .common import cpu_model, read_json, write_json
+from .prepare import REPO, multi30k_dir, prepare_data, prepare_seed
+
+SYSTEMS = ("lookback", "joey")
+TASKS = ("train", "translate")
+JOEY_VENV = REPO / "bench" / ".venv-joey"
+RESULTS = REPO / "bench" / "results"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark lookback against Joey NMT on Multi30k En-Fr (bench/README.md).",
+    )
+    ap.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: cuda if available"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: {settings.QUICK['budget_s']} s of training, {settings.QUICK['test_limit']} test "
+        f"sentences; results go to bench/results/quick/",
+    )
+    ap.add_argument(
+        "--budget-minutes",
+        type=float,
+        help=f"wall-clock training budget per system and configuration "
+        f"(default {settings.FULL['budget_s'] / 60:g}; --quick: {settings.QUICK['budget_s'] / 60:g})",
+    )
+    ap.add_argument(
+        "--warmup-steps", type=int, help="updates left out of the throughput (default 20; --quick: 3)"
+    )
+    ap.add_argument(
+        "--max-steps", type=int, default=0, help="also stop training after this many updates (0: no limit)"
+    )
+    ap.add_argument("--only", choices=SYSTEMS, help="measure one system only (no ratios)")
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(settings.CONFIGS),
+        default=list(settings.CONFIGS),
+        help="named configurations to measure (default: all)",
+    )
+    ap.add_argument(
+        "--threads", type=int, default=0, help="torch threads in every measurement (0: torch's default)"
+    )
+    ap.add_argument(
+        "--lookback-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a lookback config key (e.g. train.precision=bf16); recorded, and it makes the "
+        "configurations differ",
+    )
+    ap.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lookback" / "bench",
+        help="plain-text data, SentencePiece model and seed runs (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--joey-venv", type=Path, default=JOEY_VENV, help="Joey NMT's venv (bench/peers/setup_joey.sh)"
+    )
+    ap.add_argument("--results-dir", type=Path, help="where the JSON goes (default bench/results[/quick])")
+    return ap.parse_args(argv)
+
+
+def resolve_device(choice: str) -> str:
+    import torch
+
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench: --device cuda, but torch sees no GPU")
+    return choice
+
+
+def git_commit() -> str | None:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "lookback"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def machine(device: str) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "device": device,
+        "cpu_model": cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+    }
+    return info
+
+
+def versions() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    out: dict[str, Any] = {"python": platform.python_version(), "lookback_commit": git_commit()}
+    for name in ("torch", "sacrebleu", "sentencepiece"):
+        out[name] = md.version(name)
+    return out
+
+
+def ensure_joey(venv: Path) -> str | None:
+    """Install Joey NMT unless its venv already works (setup_joey.sh checks); an error or None."""
+    proc = subprocess.run(["bash", str(REPO / "bench/peers/setup_joey.sh"), "--venv", str(venv)])
+    return None if proc.returncode == 0 else f"bench/peers/setup_joey.sh failed (exit {proc.returncode})"
+
+
+def run_child(system: str, task: str, spec_path: Path, out_dir: Path, timeout: float, venv: Path) -> dict:
+    """One measurement in a fresh process; its result, or a record of how it failed."""
+    result_path = out_dir / f"{system}.{task}.json"
+    log_path = out_dir / f"{system}.{task}.log"
+    if system == "lookback":
+        cmd = [sys.executable, "-m", "bench.lookback_run", task, str(spec_path), str(result_path)]
+    else:
+        cmd = [
+            str(venv / "bin" / "python"),
+            str(REPO / "bench/peers/joey.py"),
+            task,
+            str(spec_path),
+            str(result_path),
+        ]
+    result_path.unlink(missing_ok=True)
+    start = time.perf_counter()
+    with log_path.open("w", encoding="utf-8") as log:
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+            code: int | str = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    wall = time.perf_counter() - start
+    if result_path.exists():
+        result = read_json(result_path)
+    else:
+        result = {"system": system, "task": task, "error": f"no result (exit {code})"}
+    if code == "timeout":
+        result["error"] = f"timed out after {timeout:.0f} s"
+    result["process_seconds"] = wall
+    if result.get("error"):
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        result["log_tail"] = lines[-20:]
+        result["log"] = str(log_path)
+    return result
+
+
+def make_spec(plan: Plan, config: str, out_dir: Path, seed_dir: Path) -> dict[str, Any]:
+    """Everything a measurement process needs; the same file for both systems."""
+    work = plan.args.work_dir
+    return {
+        "config": config,
+        "device": plan.device,
+        "threads": plan.args.threads,
+        "model": settings.model_settings(config),
+        **{k: settings.TRAIN[k] for k in ("seed", "lr", "clip", "batch_sentences", "max_len")},
+        "budget_s": plan.budget_s,
+        "warmup_steps": plan.warmup,
+        "max_steps": plan.args.max_steps,
+        "data_dir": str(work / "data"),
+        "src_lang": settings.SRC_LANG,
+        "tgt_lang": settings.TGT_LANG,
+        "train_pairs": read_json(seed_dir / "bench_seed.json")["train_pairs"],
+        "test": plan.test,
+        "beams": settings.DECODE["beams"],
+        "decode_batch_size": settings.DECODE["batch_size"],
+        "length_penalty": settings.DECODE["length_penalty"],
+        "spm_model": str(seed_dir / "spm.joint.model"),
+        "joey_vocab": str(work / "joey_vocab.txt"),
+        "lookback_seed": str(seed_dir),
+        "lookback_overrides": plan.args.lookback_set,
+        "out_dir": str(out_dir),
+    }
+
+
+# figure name, where it is in a system's results, how to show it
+FIGURES = [
+    ("training, target tokens/s", ("train", "target_tokens_per_s"), "{:,.0f}"),
+    ("training, peak RSS (GB)", ("train", "peak_rss_bytes"), "{:.2f}"),
+    ("training, peak GPU allocated (GB)", ("train", "peak_cuda_allocated_bytes"), "{:.2f}"),
+    ("training, updates in the budget", ("train", "steps"), "{:,.0f}"),
+    ("translate greedy, sentences/s", ("translate", "beam1", "sentences_per_s"), "{:,.1f}"),
+    ("translate beam 5, sentences/s", ("translate", "beam5", "sentences_per_s"), "{:,.1f}"),
+    ("BLEU greedy, after the budget", ("translate", "beam1", "bleu"), "{:.2f}"),
+    ("BLEU beam 5, after the budget", ("translate", "beam5", "bleu"), "{:.2f}"),
+    ("translate, peak RSS (GB)", ("translate", "peak_rss_bytes"), "{:.2f}"),
+    ("parameters (M)", ("train", "parameters"), "{:.2f}"),
+]
+SCALE = {"peak_rss_bytes": 1e-9, "peak_cuda_allocated_bytes": 1e-9, "parameters": 1e-6}
+
+
+def figure(system: dict[str, dict], path: tuple[str, ...]) -> float | None:
+    """A figure from {task: result}; peak memory lives beside 'figures', the rest inside it."""
+    task, *keys = path
+    result = system.get(task) or {}
+    if result.get("error"):
+        return None
+    node: Any = result if keys[0] == "peak_rss_bytes" else result.get("figures") or {}
+    for k in keys:
+        node = node.get(k) if isinstance(node, dict) else None
+    return None if node is None else node * SCALE.get(keys[-1], 1)
+
+
+def figures_and_ratios(systems: dict[str, dict]) -> tuple[dict, dict]:
+    table, ratios = {}, {}
+    for name, path, _ in FIGURES:
+        values = {s: figure(systems[s], path) for s in systems}
+        table[name] = values
+        lb, joey = values.get("lookback"), values.get("joey")
+        ratios[name] = lb / joey if lb is not None and joey else None
+    return table, ratios
+
+
+def print_table(record: dict[str, Any]) -> None:
+    s = record["settings"]
+    m = record["machine"]
+    title = (
+        f"config {record['config']} on {m['device']} ({m['gpu'] or m['cpu_model']}), "
+        f"threads {s['threads'] or 'default'}, "
+        f"budget {s['budget_s'] / 60:g} min, test {s['test']} ({s['test_sentences']} sentences)"
+        f"{', QUICK' if record['quick'] else ''}"
+    )
+    print(f"\n{title}")
+    print(f"{'figure':36} {'lookback':>12} {'joey':>12} {'lookback/joey':>14}")
+    for name, _, fmt in FIGURES:
+        values = record["figures"][name]
+        if all(v is None for v in values.values()) and "GPU" in name:
+            continue
+        cells = [fmt.format(values[s]) if values.get(s) is not None else "-" for s in SYSTEMS]
+        ratio = record["ratios"][name]
+        print(f"{name:36} {cells[0]:>12} {cells[1]:>12} {f'{ratio:.2f}' if ratio is not None else '-':>14}")
+    for system, tasks in record["systems"].items():
+        for task, result in tasks.items():
+            if result.get("error"):
+                print(f"  MISS {system} {task}: {result['error']} (log: {result.get('log')})")
+    print(f"written: {record['path']}")
+
+
+@dataclass
+class Plan:
+    """What one invocation measures, and where its files go."""
+
+    args: argparse.Namespace
+    device: str
+    budget_s: float
+    warmup: int
+    test: str  # file prefix in the data folder
+    test_sentences: int
+    systems: list[str]
+    stamp: str  # names the result files
+    runs_root: Path  # one folder per configuration: spec, logs, weights, hypotheses
+    results_dir: Path
+    joey_error: str | None  # Joey could not be installed
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    device = resolve_device(args.device)
+    mode = settings.QUICK if args.quick else settings.FULL
+    systems = [args.only] if args.only else list(SYSTEMS)
+    joey_error = ensure_joey(args.joey_venv) if "joey" in systems else None
+    print(f"bench: preparing data in {args.work_dir}", flush=True)
+    data = prepare_data(args.work_dir, mode["test_limit"])
+    test = f"{settings.TEST_SET}_{mode['test_limit']}" if mode["test_limit"] else settings.TEST_SET
+    stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    quick_root = Path(tempfile.mkdtemp(prefix="lookback-bench-")) if args.quick else None
+    return Plan(
+        args=args,
+        device=device,
+        budget_s=args.budget_minutes * 60 if args.budget_minutes is not None else mode["budget_s"],
+        warmup=args.warmup_steps if args.warmup_steps is not None else mode["warmup_steps"],
+        test=test,
+        test_sentences=len((data / f"{test}.{settings.SRC_LANG}").read_text().splitlines()),
+        systems=systems,
+        stamp=stamp,
+        runs_root=quick_root or args.work_dir / "runs" / stamp,
+        results_dir=args.results_dir or (RESULTS / "quick" if args.quick else RESULTS),
+        joey_error=joey_error,
+    )
+
+
+def miss(system: str, task: str, error: str) -> dict[str, Any]:
+    return {"system": system, "task": task, "error": error}
+
+
+def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
+    """(spec, {system: {task: result}}) of one configuration; failures are results too."""
+    try:
+        seed_dir = prepare_seed(plan.args.work_dir, config, plan.args.lookback_set)
+    except Exception as exc:  # no seed, nothing to measure: recorded as a miss of every task
+        error = f"preparing the seed run failed: {type(exc).__name__}: {exc}".splitlines()[0]
+        return {}, {s: {t: miss(s, t, error) for t in TASKS} for s in plan.systems}
+    spec = make_spec(plan, config, out_dir, seed_dir)
+    spec_path = out_dir / "spec.json"
+    write_json(spec_path, spec)
+    results: dict[str, dict] = {}
+    for system in plan.systems:
+        results[system] = {}
+        for task in TASKS:
+            if system == "joey" and plan.joey_error:
+                results[system][task] = miss(system, task, plan.joey_error)
+            elif task == "translate" and results[system]["train"].get("error"):
+                results[system][task] = miss(system, task, "training failed")
+            else:
+                print(f"bench: {config}: {system} {task} ...", flush=True)
+                timeout = plan.budget_s + 900 if task == "train" else 3600
+                results[system][task] = run_child(
+                    system, task, spec_path, out_dir, timeout, plan.args.joey_venv
+                )
+    return spec, results
+
+
+def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info: dict) -> dict[str, Any]:
+    """The JSON of one configuration: machine, versions, settings, figures, ratios, raw results."""
+    table, ratios = figures_and_ratios(results)
+    errors = [f"{s} {t}: {r['error']}" for s, ts in results.items() for t, r in ts.items() if r.get("error")]
+    return {
+        "schema": 1,
+        "created": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "status": "missed" if errors else "ok",
+        "errors": errors,
+        "quick": plan.args.quick,
+        "config": config,
+        "machine": machine_info,
+        "versions": {
+            "lookback_env": versions(),
+            "joey_env": (results.get("joey", {}).get("train") or {}).get("versions"),
+        },
+        "settings": {
+            "model": settings.model_settings(config),
+            "tokenizer": settings.TOKENIZER,
+            "train": {k: settings.TRAIN[k] for k in ("seed", "lr", "clip", "batch_sentences", "max_len")},
+            "batching": "per epoch a seeded permutation (bench/common.py) cut into batches of "
+            "batch_sentences pairs; the same batches for both systems",
+            "precision": "fp32",
+            "budget_s": plan.budget_s,
+            "warmup_steps": plan.warmup,
+            "max_steps": plan.args.max_steps,
+            "threads": plan.args.threads,
+            "test": plan.test,
+            "test_sentences": plan.test_sentences,
+            "beams": settings.DECODE["beams"],
+            "decode_batch_size": settings.DECODE["batch_size"],
+            "length_penalty": settings.DECODE["length_penalty"],
+            "lookback_overrides": plan.args.lookback_set,  # any of these: not the same configuration
+        },
+        "figures": table,
+        "ratios": ratios,
+        "systems": results,
+        "run_dir": str(plan.runs_root / config),
+        "path": str(plan.results_dir / f"{plan.stamp}_{plan.device}_{config}.json"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("lookback").setLevel(logging.WARNING)  # the seed runs' chatter
+    multi30k_dir()  # a one-line error, before anything else, if the data is missing
+    plan = make_plan(args)
+    print(f"bench: run directories (weights, logs, hypotheses) in {plan.runs_root}", flush=True)
+    status = 0
+    for config in args.configs:
+        out_dir = plan.runs_root / config
+        out_dir.mkdir(parents=True, exist_ok=True)
+        load_start = os.getloadavg()
+        spec, results = measure(plan, config, out_dir)
+        info = {**machine(plan.device), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
+        record = make_record(plan, config, spec, results, info)
+        write_json(Path(record["path"]), record)
+        print_table(record)
+        if args.quick:  # smoke-run weights are of no use; logs and hypotheses stay
+            for weights in [*out_dir.rglob("*.pt"), *out_dir.rglob("*.ckpt")]:
+                weights.unlink()
+        status = status or (1 if record["errors"] else 0)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""What both systems' measurement scripts share; the standard library only.
+
+`bench/peers/joey.py` runs inside Joey NMT's own virtual environment, where
+lookback is not installed, and imports this module by path. So it holds no
+torch and no lookback: the batch plan that both systems train on, the timed
+training loop, peak memory and result files.
+
+The batch plan is the one batching both systems implement identically:
+each epoch a seeded permutation of the training pairs (Python's own
+`random`, so the two interpreters draw the same one), cut into consecutive
+batches of `batch_size` sentences, the last shorter batch kept. Joey NMT
+calls this `batch_type: sentence` (its default, and the peer's setup);
+lookback gets it from bench/lookback_run.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def permutation(n: int, seed: int, epoch: int) -> list[int]:
+    """The order of the n training pairs in `epoch`: the same list in every interpreter."""
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """Consecutive batches of `batch_size` pairs of this epoch's permutation; the last may be shorter."""
+    order = permutation(n, seed, epoch)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def timed_training(
+    batches: Iterator[Any],
+    step: Callable[[Any], int],
+    sentences: Callable[[Any], int],
+    budget_s: float,
+    warmup_steps: int,
+    max_steps: int = 0,
+) -> dict[str, Any]:
+    """Train until `budget_s` seconds of wall clock have passed (or `max_steps` updates).
+
+    Args:
+        batches: yields the next batch; fetching (padding, tensors) is timed too.
+        step: one update (forward, backward, clip, optimiser step) on a batch;
+            returns the real target tokens of the batch (with </s>). It must not
+            return before the update is done (on a GPU: synchronise, e.g. by
+            reading the loss as a float).
+        sentences: the number of sentence pairs in a batch.
+        budget_s: the wall-clock budget, warm-up included.
+        warmup_steps: first updates left out of the throughput figures.
+        max_steps: stop after this many updates (0: no limit).
+
+    Returns:
+        Steps, seconds and the throughput after warm-up.
+    """
+    start = time.perf_counter()
+    steps = tokens = sents = 0
+    warm_at = start if warmup_steps == 0 else None
+    now = start
+    for batch in batches:
+        n_tokens = step(batch)
+        steps += 1
+        now = time.perf_counter()
+        if steps == warmup_steps:
+            warm_at = now
+        elif steps > warmup_steps:
+            tokens += n_tokens
+            sents += sentences(batch)
+        if now - start >= budget_s or (max_steps and steps >= max_steps):
+            break
+    measured = now - warm_at if warm_at is not None and steps > warmup_steps else 0.0
+    return {
+        "steps": steps,
+        "seconds": now - start,
+        "warmup_steps": warmup_steps,
+        "measured_steps": max(steps - warmup_steps, 0),
+        "measured_seconds": measured,
+        "measured_target_tokens": tokens,
+        "target_tokens_per_s": tokens / measured if measured else None,
+        "sentences_per_s": sents / measured if measured else None,
+        "steps_per_s": (steps - warmup_steps) / measured if measured else None,
+    }
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """(fn(), seconds it took)."""
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (Linux reports ru_maxrss in KiB)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024
+
+
+def read_lines(path: Path) -> list[str]:
+    return Path(path).read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def set_threads_env(threads: int) -> None:
+    """Ask the math libraries for `threads` threads (0: leave their defaults)."""
+    if threads:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(threads)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,160 @@
+"""One lookback measurement in a fresh process, so that its peak memory is its own.
+
+    python -m bench.lookback_run train|translate SPEC.json RESULT.json
+
+`train` resumes a copy of the step-0 seed run through lookback's `Trainer`
+and drives `Trainer.train_step` over the shared batch plan (bench/common.py)
+for the wall-clock budget, then saves last.pt. `Trainer.train` is not used:
+it batches by tokens with length bucketing, which Joey NMT cannot reproduce,
+and it validates on its own schedule; the benchmark wants the same batches
+and no validation on both sides. `translate` loads that run with
+`Translator.load` and translates the test set, greedy and beam 5.
+The result file is written even when the measurement fails (with "error").
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import settings
+from .common import (
+    epoch_batches,
+    peak_rss_bytes,
+    read_json,
+    read_lines,
+    set_threads_env,
+    timed,
+    timed_training,
+    write_json,
+)
+
+
+def _device(spec: dict[str, Any]):
+    import torch
+
+    device = torch.device(spec["device"])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    return device
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(spec: dict[str, Any]) -> dict[str, Any]:
+    from lookback.batch import collate
+    from lookback.config import from_dict
+    from lookback.train import Trainer
+
+    run_dir = Path(spec["out_dir"]) / "lookback"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.copytree(spec["lookback_seed"], run_dir)
+    raw = settings.lookback_config(spec["config"], str(run_dir), spec["data_dir"], spec["lookback_overrides"])
+    trainer = Trainer(from_dict(raw, source="bench"), resume=True)  # step-0 weights of the seed
+    device = _device(spec)
+    trainer.model.to(device)  # lookback's Trainer has no device option; the optimiser holds the same tensors
+    pairs = trainer.train_data.pairs
+
+    def batches():
+        for epoch in itertools.count():
+            for idx in epoch_batches(len(pairs), spec["batch_sentences"], spec["seed"], epoch):
+                yield collate([pairs[i] for i in idx]).to(device)
+
+    def step(batch) -> int:
+        trainer.train_step(batch)  # returns the loss as a float: the update is done
+        return batch.n_tokens
+
+    figures = timed_training(
+        batches(),
+        step,
+        lambda batch: batch.src.size(0),
+        spec["budget_s"],
+        spec["warmup_steps"],
+        spec["max_steps"],
+    )
+    figures["epochs"] = figures["steps"] * spec["batch_sentences"] / len(pairs)
+    figures["train_pairs"] = len(pairs)
+    figures["parameters"] = sum(p.numel() for p in trainer.model.parameters())
+    figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
+    trainer.save("last")
+    return figures
+
+
+def _cuda_peak(device) -> int | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+
+def translate(spec: dict[str, Any]) -> dict[str, Any]:
+    import sacrebleu
+
+    from lookback.translator import Translator
+
+    device = _device(spec)
+    translator = Translator.load(Path(spec["out_dir"]) / "lookback", "last", device=device)
+    translator.decode.batch_size = spec["decode_batch_size"]
+    data = Path(spec["data_dir"])
+    src = read_lines(data / f"{spec['test']}.{settings.SRC_LANG}")
+    refs = read_lines(data / f"{spec['test']}.{settings.TGT_LANG}")
+    warm = read_lines(data / f"warmup.{settings.SRC_LANG}")
+    translator.translate(warm, beam=1)  # first calls allocate and pick kernels: not timed
+    figures: dict[str, Any] = {"sentences": len(src)}
+    for beam in spec["beams"]:
+
+        def run(beam=beam):
+            out = [
+                t.text for t in translator.translate(src, beam=beam, length_penalty=spec["length_penalty"])
+            ]
+            _sync(device)
+            return out
+
+        hyps, seconds = timed(run)
+        bleu = sacrebleu.metrics.BLEU()
+        figures[f"beam{beam}"] = {
+            "seconds": seconds,
+            "sentences_per_s": len(src) / seconds,
+            "bleu": bleu.corpus_score(hyps, [refs]).score,
+            "bleu_signature": str(bleu.get_signature()),
+        }
+        (Path(spec["out_dir"]) / f"lookback.beam{beam}.txt").write_text(
+            "".join(h + "\n" for h in hyps), encoding="utf-8"
+        )
+    figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
+    return figures
+
+
+TASKS = {"train": train, "translate": translate}
+
+
+def main(argv: list[str]) -> int:
+    task, spec_path, out_path = argv
+    spec = read_json(spec_path)
+    set_threads_env(spec["threads"])
+    import torch
+
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    result: dict[str, Any] = {"system": "lookback", "task": task, "error": None}
+    try:
+        result["figures"] = TASKS[task](spec)
+    except Exception as exc:  # recorded, not raised: every run's JSON is kept, misses included
+        traceback.print_exc()
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    result["torch_threads"] = torch.get_num_threads()
+    write_json(Path(out_path), result)
+    return 0 if result["error"] is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

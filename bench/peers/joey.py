@@ -1,0 +1,387 @@
+"""The peer: one Joey NMT 2.3.0 measurement in a fresh process, inside Joey's own venv.
+
+    bench/.venv-joey/bin/python bench/peers/joey.py train|translate SPEC.json RESULT.json
+
+The harness (python -m bench) calls this with the same SPEC it gives
+lookback's side (bench/lookback_run.py), and it measures the same figures
+with Joey's own code: `prepare` (data, vocabulary, `build_model`),
+`TrainManager._train_step` plus the clip / step / zero_grad that
+`TrainManager.train_and_validate` runs after it, and `predict` for
+translation. Only the loop around them is the harness's, so that both
+systems stop at the same wall-clock budget and skip validation.
+
+The equivalent Joey config (written to OUT_DIR/joey/config.yaml):
+
+- data: the same plain-text files; SentencePiece with lookback's model
+  (joint unigram, 8,000 pieces) on both sides, and a vocabulary file that
+  lists its pieces in id order, so both systems see the same pieces;
+- model: embeddings 256 (unscaled), bidirectional GRU encoder 256, GRU
+  decoder 256, `attention: bahdanau` (additive, from the new state s_t, as
+  lookback's `attend_from: current`), `init_hidden: bridge`,
+  `input_feeding` from the named configuration, dropout 0.3 on embeddings
+  and before the attentional layer, Joey's default initialisers;
+- training: Adam 1e-3, `clip_grad_norm: 1.0`, `normalization: tokens`
+  (loss averaged over target tokens, as lookback does; Joey's default
+  `batch` would change what the clip acts on), a constant learning rate
+  (no validation runs inside the budget on either side, so neither
+  system's plateau schedule would ever act);
+- batching: `batch_type: sentence`, `batch_size: 80`. Joey's
+  SentenceBatchSampler is kept, so its pipeline costs what it costs in
+  Joey (each pair is tokenised when sampled and again when collated), but
+  its random sampler is replaced by the harness's permutation
+  (bench/common.py), so both systems get exactly the same batches;
+  every batch is checked against the plan. Why sentences and not tokens:
+  Joey's token batches count max(src+1, trg+1) x size and close a batch
+  only once it reaches the limit, without bucketing; lookback's count
+  max(src, trg+1) x size, stay under the limit, and sort pools of
+  ~100 batches by length. Neither system can make the other's.
+- testing: `batch_size: 64` sentences, `beam_alpha: 1.0` (the GNMT length
+  penalty ((5+len)/6)^alpha, as lookback), `max_output_length: -1`
+  (Joey's default: 1.5 x the longest source of the batch; lookback allows
+  2 x each source + 5).
+
+BLEU is sacreBLEU's default (13a, cased) on Joey's detokenised output
+against the raw references, as on lookback's side.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import traceback
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench.common, without lookback
+
+from bench.common import (  # noqa: E402
+    epoch_batches,
+    peak_rss_bytes,
+    read_json,
+    read_lines,
+    set_threads_env,
+    timed,
+    timed_training,
+    write_json,
+)
+
+
+def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
+    """The Joey NMT config equivalent to lookback's benchmark configuration."""
+    m, data = spec["model"], Path(spec["data_dir"])
+
+    def side(lang: str) -> dict[str, Any]:
+        return {
+            "lang": lang,
+            "level": "bpe",
+            "tokenizer_type": "sentencepiece",
+            "tokenizer_cfg": {"model_file": spec["spm_model"]},
+            "voc_file": spec["joey_vocab"],
+            "lowercase": False,
+            "normalize": False,
+            "max_length": spec["max_len"],
+        }
+
+    def embeddings() -> dict[str, Any]:
+        return {"embedding_dim": m["emb_size"], "scale": False}
+
+    model_dir = Path(spec["out_dir"]) / "joey"
+    cfg: dict[str, Any] = {
+        "name": f"bench_{spec['config']}",
+        "joeynmt_version": "2.3.0",
+        "model_dir": str(model_dir),
+        "use_cuda": spec["device"] == "cuda",
+        "fp16": False,
+        "random_seed": spec["seed"],
+        "data": {
+            "train": str(data / "train_kept"),
+            # translate: `dev` is the untimed warm-up set
+            "dev": str(data / ("warmup" if task == "translate" else "val")),
+            "test": str(data / spec["test"]),
+            "dataset_type": "plain",
+            "src": side(spec["src_lang"]),
+            "trg": side(spec["tgt_lang"]),
+        },
+        "training": {
+            "optimizer": "adam",
+            "adam_betas": [0.9, 0.999],
+            "learning_rate": spec["lr"],
+            "clip_grad_norm": spec["clip"],
+            # Never stepped here: the rate stays 1e-3, as lookback's (its ReduceLROnPlateau only
+            # steps at validation, and no validation runs inside the budget). Joey 2.3.0 wants
+            # some scheduler, and its `plateau` passes ReduceLROnPlateau(verbose=...), which
+            # torch 2.13 no longer accepts; `decaying` (StepLR, per epoch) builds fine.
+            "scheduling": "decaying",
+            "normalization": "tokens",
+            "loss": "crossentropy",
+            "label_smoothing": 0.0,
+            "batch_size": spec["batch_sentences"],
+            "batch_type": "sentence",
+            "batch_multiplier": 1,
+            "shuffle": True,
+            "epochs": 1000,
+            "model_dir": str(model_dir),
+            "overwrite": True,
+            "logging_freq": 100,
+            "validation_freq": 1000,
+            "early_stopping_metric": "bleu",
+        },
+        "testing": {
+            "load_model": str(model_dir / "budget.ckpt"),
+            "batch_size": spec["decode_batch_size"],
+            "batch_type": "sentence",
+            "beam_size": 1,
+            "beam_alpha": spec["length_penalty"],
+            "max_output_length": -1,
+            "eval_metrics": [],
+        },
+        "model": {
+            "tied_embeddings": False,
+            "tied_softmax": False,
+            "encoder": {
+                "type": "recurrent",
+                "rnn_type": m["cell"],
+                "embeddings": embeddings(),
+                "hidden_size": m["hidden_size"],
+                "bidirectional": m["bidirectional"],
+                "num_layers": m["enc_layers"],
+                "dropout": m["dropout"],
+            },
+            "decoder": {
+                "type": "recurrent",
+                "rnn_type": m["cell"],
+                "embeddings": embeddings(),
+                "hidden_size": m["dec_hidden_size"],
+                "num_layers": m["dec_layers"],
+                "dropout": m["dropout"],
+                "hidden_dropout": m["dropout"],
+                "attention": "bahdanau",
+                "init_hidden": "bridge",
+                "input_feeding": m["input_feeding"],
+            },
+        },
+    }
+    return cfg
+
+
+def _check_equivalent(spec: dict[str, Any]) -> None:
+    """Refuse settings that Joey's recurrent decoder cannot express."""
+    m = spec["model"]
+    problems = []
+    if m["attention"] != "additive" or m["attend_from"] != "current":
+        problems.append("Joey's bahdanau attention scores from the new state s_t (attend_from: current)")
+    if m["attention_size"] != m["dec_hidden_size"]:
+        problems.append("Joey's bahdanau attention size is the decoder size")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _load(spec: dict[str, Any], task: str):
+    """Joey's own set-up: config, data, vocabulary, model (and, to translate, the trained weights)."""
+    import torch
+    import yaml
+    from joeynmt.config import load_config, parse_global_args
+    from joeynmt.helpers import make_model_dir, set_seed
+    from joeynmt.prediction import prepare
+
+    _check_equivalent(spec)
+    if spec["device"] == "cuda" and not torch.cuda.is_available():
+        # Joey would quietly fall back to the CPU; a CPU-only torch in its venv is the usual cause
+        raise RuntimeError("the harness measures on cuda, but torch in Joey's venv sees no GPU")
+    cfg = joey_config(spec, task)
+    model_dir = Path(cfg["model_dir"])
+    if task == "train":
+        make_model_dir(model_dir, overwrite=True)
+    path = model_dir / f"{task}_config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    set_seed(spec["seed"])  # prepare() seeds only after building the model: repeatable initial weights
+    args = parse_global_args(load_config(path), rank=0, mode="train" if task == "train" else "test")
+    model, train_data, dev_data, test_data = prepare(
+        args, rank=0, mode="train" if task == "train" else "test"
+    )
+    return args, model, train_data, dev_data, test_data
+
+
+class PlanSampler:
+    """The harness's permutation of one epoch, where Joey's RandomSubsetSampler would be."""
+
+    def __init__(self, data_source, order: list[int]):
+        self.data_source = data_source  # SentenceBatchSampler reads it
+        self.order = order
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+def _check_pieces(train_data, spec: dict[str, Any], n: int = 1000) -> None:
+    """Joey's tokenisation of the first n pairs must be lookback's: the SentencePiece model's own."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=spec["spm_model"])
+    for i in range(min(n, len(train_data))):
+        _, src, trg = train_data[i]
+        for lang, pieces in ((spec["src_lang"], src), (spec["tgt_lang"], trg)):
+            line = train_data.data[lang][i]
+            if pieces != sp.encode(line, out_type=str):
+                raise ValueError(f"Joey splits training pair {i} ({lang}) differently: {line!r}")
+
+
+def train(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from joeynmt.config import set_validation_args
+    from joeynmt.datasets import SentenceBatchSampler
+    from joeynmt.training import TrainManager
+    from torch.utils.data import DataLoader
+
+    args, model, train_data, _, _ = _load(spec, "train")
+    trainer = TrainManager(
+        model=model,
+        model_dir=args.model_dir,
+        device=args.device,
+        n_gpu=args.n_gpu,
+        rank=0,
+        num_workers=0,
+        autocast=args.autocast,
+        seed=args.seed,
+        train_args=args.train,
+        dev_args=set_validation_args(args.test),
+    )
+    if args.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(args.device)
+    n, size = len(train_data), spec["batch_sentences"]
+    if n != spec["train_pairs"]:
+        raise ValueError(f"Joey reads {n} training pairs, lookback {spec['train_pairs']}")
+    _check_pieces(train_data, spec)
+    collate = partial(
+        train_data.collate_fn, eos_index=model.eos_index, pad_index=model.pad_index, device=args.device
+    )
+
+    def batches():
+        for epoch in itertools.count():
+            plan = epoch_batches(n, size, spec["seed"], epoch)
+            order = [i for batch in plan for i in batch]
+            sampler = SentenceBatchSampler(
+                PlanSampler(train_data, order), size, drop_last=False, seed=spec["seed"]
+            )
+            loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=collate, num_workers=0)
+            for expected, batch in zip(plan, loader, strict=True):
+                if sorted(batch.indices.tolist()) != sorted(expected):
+                    raise RuntimeError("Joey's batch differs from the plan")
+                yield batch
+
+    def step(batch) -> int:
+        # TrainManager.train_and_validate's body with batch_multiplier 1 and no scheduler
+        trainer._train_step(batch)  # forward, loss / tokens, backward; reads the loss (.item())
+        if trainer.clip_grad_fun is not None:
+            trainer.clip_grad_fun(parameters=model.parameters())
+        trainer.optimizer.step()
+        model.zero_grad()
+        return int(batch.ntokens)
+
+    figures = timed_training(
+        batches(), step, lambda b: int(b.nseqs), spec["budget_s"], spec["warmup_steps"], spec["max_steps"]
+    )
+    figures["epochs"] = figures["steps"] * size / n
+    figures["train_pairs"] = n
+    figures["parameters"] = sum(p.numel() for p in model.parameters())
+    figures["vocab_size"] = [len(model.src_vocab), len(model.trg_vocab)]
+    figures["peak_cuda_allocated_bytes"] = (
+        torch.cuda.max_memory_allocated(args.device) if args.device.type == "cuda" else None
+    )
+    torch.save({"model_state": model.state_dict()}, Path(args.model_dir) / "budget.ckpt")
+    trainer.tb_writer.close()
+    return figures
+
+
+def translate(spec: dict[str, Any]) -> dict[str, Any]:
+    import sacrebleu
+    import torch
+    from joeynmt.prediction import predict
+
+    args, model, _, warm_data, test_data = _load(spec, "translate")
+    if args.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(args.device)
+
+    def run(data, beam: int) -> list[str]:
+        test_args = args.test._replace(beam_size=beam, beam_alpha=spec["length_penalty"] if beam > 1 else -1)
+        out = predict(
+            model=model,
+            data=data,
+            device=args.device,
+            n_gpu=args.n_gpu,
+            compute_loss=False,
+            normalization=args.train.normalization,
+            num_workers=0,
+            args=test_args,
+            autocast=args.autocast,
+        )
+        if args.device.type == "cuda":
+            torch.cuda.synchronize(args.device)
+        return out[2]  # detokenised hypotheses, in input order
+
+    run(warm_data, 1)  # first calls allocate and pick kernels: not timed
+    data = Path(spec["data_dir"])
+    refs = read_lines(data / f"{spec['test']}.{spec['tgt_lang']}")
+    figures: dict[str, Any] = {"sentences": len(test_data)}
+    for beam in spec["beams"]:
+        hyps, seconds = timed(partial(run, test_data, beam))
+        bleu = sacrebleu.metrics.BLEU()
+        figures[f"beam{beam}"] = {
+            "seconds": seconds,
+            "sentences_per_s": len(hyps) / seconds,
+            "bleu": bleu.corpus_score(hyps, [refs]).score,
+            "bleu_signature": str(bleu.get_signature()),
+        }
+        (Path(spec["out_dir"]) / f"joey.beam{beam}.txt").write_text(
+            "".join(h + "\n" for h in hyps), encoding="utf-8"
+        )
+    figures["peak_cuda_allocated_bytes"] = (
+        torch.cuda.max_memory_allocated(args.device) if args.device.type == "cuda" else None
+    )
+    return figures
+
+
+TASKS = {"train": train, "translate": translate}
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+    import platform
+
+    out = {"python": platform.python_version()}
+    for name in ("joeynmt", "torch", "sacrebleu", "sentencepiece", "numpy"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def main(argv: list[str]) -> int:
+    task, spec_path, out_path = argv
+    spec = read_json(spec_path)
+    set_threads_env(spec["threads"])
+    import torch
+
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    logging.basicConfig(level=logging.WARNING)
+    result: dict[str, Any] = {"system": "joey", "task": task, "error": None, "versions": versions()}
+    try:
+        result["figures"] = TASKS[task](spec)
+    except Exception as exc:  # recorded, not raised: every run's JSON is kept, misses included
+        traceback.print_exc()
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    result["torch_threads"] = torch.get_num_threads()
+    write_json(Path(out_path), result)
+    return 0 if result["error"] is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,95 @@
+"""The benchmark configuration: one set of sizes for every system, and its named variants.
+
+Multi30k English -> French; joint SentencePiece unigram, 8,000 pieces;
+embeddings 256, bidirectional GRU encoder 256 per direction, GRU decoder
+256, additive (Bahdanau) attention from the new decoder state s_t with
+bridge initialisation s_0 = tanh(W_b c); dropout 0.3; Adam 1e-3, gradient
+norm clipped at 1.0, loss averaged over target tokens; batches of 80
+sentences (bench/common.py says why sentences); fp32. The named
+configurations differ only in input feeding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SRC_LANG, TGT_LANG = "en", "fr"
+TEST_SET = "test_2016_flickr"
+
+TOKENIZER = {"kind": "sentencepiece", "model_type": "unigram", "vocab_size": 8000, "joint": True}
+
+MODEL = {
+    "cell": "gru",
+    "emb_size": 256,
+    "hidden_size": 256,  # per direction
+    "dec_hidden_size": 256,
+    "enc_layers": 1,
+    "dec_layers": 1,
+    "bidirectional": True,
+    "dropout": 0.3,
+    "attention": "additive",
+    "attention_size": 256,
+    "attend_from": "current",  # Joey's RecurrentDecoder attends from the new state s_t
+}
+
+TRAIN = {
+    "batch_sentences": 80,  # the peer file's batch
+    "lr": 1e-3,
+    "clip": 1.0,
+    "seed": 1,
+    "max_len": 100,  # training pairs longer than this (SentencePiece pieces) are left out
+}
+
+DECODE = {"batch_size": 64, "beams": [1, 5], "length_penalty": 1.0}
+
+# name -> what differs from MODEL
+CONFIGS: dict[str, dict[str, Any]] = {
+    "feed": {"input_feeding": True},  # Joey's default and the peer file's setup
+    "nofeed": {"input_feeding": False},
+}
+
+# The full run and the --quick smoke run.
+FULL = {"budget_s": 30 * 60, "warmup_steps": 20, "test_limit": 0}
+QUICK = {"budget_s": 30, "warmup_steps": 3, "test_limit": 100}
+
+
+def model_settings(config: str) -> dict[str, Any]:
+    return {**MODEL, **CONFIGS[config]}
+
+
+def lookback_config(config: str, run_dir: str, data_dir: str, overrides: list[str] = ()) -> dict[str, Any]:
+    """The lookback config (a raw dict for lookback.config.from_dict) of a named configuration.
+
+    `overrides` are lookback's own `--set` items (train.precision=bf16); they make the
+    configuration differ from Joey's, and are recorded with the results.
+    """
+    from lookback.config import parse_override  # lookback is only needed on lookback's side
+
+    raw: dict[str, Any] = {
+        "data": {
+            "src_lang": SRC_LANG,
+            "tgt_lang": TGT_LANG,
+            "train": f"{data_dir}/train_kept",
+            "valid": f"{data_dir}/val",
+            "test": f"{data_dir}/{TEST_SET}",
+            "max_len": TRAIN["max_len"],
+        },
+        "tokenizer": dict(TOKENIZER),
+        "model": {**model_settings(config), "context": "final", "tie_embeddings": False},
+        "train": {
+            "run_dir": run_dir,
+            "seed": TRAIN["seed"],
+            "lr": TRAIN["lr"],
+            "clip": TRAIN["clip"],
+            "label_smoothing": 0.0,
+            "precision": "fp32",
+        },
+        "decode": {"batch_size": DECODE["batch_size"], "length_penalty": DECODE["length_penalty"]},
+    }
+    for item in overrides:
+        keys, value = parse_override(item)
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return raw
