@@ -306,5 +306,5 @@ def serve(
     except OSError as exc:
         raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host  # an IPv6 address goes in brackets
-    print(f"lookback explorer: http://{shown}:{port}/  (API docs: /docs; Ctrl-C stops)", flush=True)
+    print(f"lookback explorer: http://{shown}:{port}/  (API: /openapi.json, /docs; Ctrl-C stops)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
