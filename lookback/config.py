@@ -81,7 +81,8 @@ class TrainConfig:
     early_stopping: int = 8  # stop after this many validations without a better BLEU (0: off)
     log_every: int = 50  # write a metrics line every this many updates
     threads: int = 0  # torch CPU threads (0: all cores)
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast the forward pass (AVX-512 BF16 CPUs)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the GPU when torch sees one
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16/fp16: autocast the forward (fp16: GPU only)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from .batch import collate, token_batches
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import Config, save_config
 from .data import read_parallel
+from .device import autocast, check_precision, describe, resolve_device
 from .evaluate import score
 from .model import Seq2Seq, build_model
 from .tokenizer import Tokenizer, load_tokenizers, train_tokenizers
@@ -86,6 +87,8 @@ class Trainer:
         self.run_dir = Path(cfg.train.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         set_threads(cfg.train.threads)
+        self.device = resolve_device(cfg.train.device)
+        check_precision(self.device, cfg.train.precision)
         self.progress = Progress()
         last = self.run_dir / "last.pt"
         if resume and not last.exists():
@@ -110,6 +113,7 @@ class Trainer:
         # 2) model, optimiser, scheduler
         torch.manual_seed(cfg.train.seed)
         self.model: Seq2Seq = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
+        self.model.to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             self.optimizer,
@@ -118,7 +122,9 @@ class Trainer:
             patience=cfg.train.lr_patience,
             min_lr=cfg.train.min_lr,
         )
-        self.translator = Translator(self.model, self.src_tok, self.tgt_tok, cfg.decode)
+        # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.train.precision == "fp16")
+        self.translator = Translator(self.model, self.src_tok, self.tgt_tok, cfg.decode, device=self.device)
         if resume:
             self._restore(load_checkpoint(last))
         else:
@@ -133,6 +139,7 @@ class Trainer:
         lengths = [(len(s), len(t)) for s, t in self.train_data.pairs]
         n_params = sum(x.numel() for x in self.model.parameters())
         logger.info("model: %.2fM parameters; %d training pairs", n_params / 1e6, len(lengths))
+        logger.info(describe(self.device, self.cfg.train.precision))
         bar = tqdm(total=cfg.max_steps or None, initial=p.step, unit="step", dynamic_ncols=True, disable=None)
         window = {"loss": 0.0, "tokens": 0, "start": time.perf_counter()}
         start = time.perf_counter() - p.seconds
@@ -172,15 +179,19 @@ class Trainer:
     def train_step(self, batch) -> float:
         """One update: loss, backward, clip, step. Returns the summed loss."""
         self.model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.train.precision == "bf16"):
+        batch = batch.to(self.device)
+        with autocast(self.device, self.cfg.train.precision):
             loss = self.model.loss(
                 batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, self.cfg.train.label_smoothing
             )
         self.optimizer.zero_grad(set_to_none=True)
-        (loss / batch.n_tokens).backward()  # mean over tokens: steps do not depend on batch shape
+        # mean over tokens: steps do not depend on batch shape
+        self.scaler.scale(loss / batch.n_tokens).backward()
         if self.cfg.train.clip:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # skips the step if fp16 gradients overflowed
+        self.scaler.update()
         return float(loss.detach())
 
     def _check_limits(self) -> None:
@@ -225,7 +236,7 @@ class Trainer:
         pairs = self.valid_data.pairs
         total, tokens = 0.0, 0
         for idx in token_batches([(len(s), len(t)) for s, t in pairs], self.cfg.train.max_tokens):
-            batch = collate([pairs[i] for i in idx])
+            batch = collate([pairs[i] for i in idx]).to(self.device)
             total += float(self.model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out))
             tokens += batch.n_tokens
         return total / tokens
@@ -277,6 +288,8 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "progress": asdict(self.progress),
             "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
+            "scaler": self.scaler.state_dict(),
             "config": self.cfg.to_dict(),
         }
 
@@ -290,6 +303,10 @@ class Trainer:
         self.progress = Progress(**state["progress"])
         self.progress.done = False  # a resumed run may have been given a larger budget
         torch.set_rng_state(state["rng"])
+        if self.device.type == "cuda" and state.get("cuda_rng"):
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         logger.info(
             "resumed from step %d (epoch %d, batch %d)",
             self.progress.step,

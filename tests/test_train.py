@@ -152,3 +152,36 @@ def test_a_finished_run_stays_finished_and_a_larger_budget_trains_on(tmp_path):
         from_dict(tiny_train_config(tmp_path, train={"max_steps": 30, "valid_every": 10})), resume=True
     )
     assert more.train().step == 30
+
+
+def test_device_and_precision_are_checked_before_any_work(tmp_path):
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no CUDA GPU"):
+            Trainer(from_dict(tiny_train_config(tmp_path, train={"device": "cuda"})))
+        with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+            Trainer(from_dict(tiny_train_config(tmp_path, train={"precision": "fp16"})))
+        assert not (tmp_path / "run" / "config.yaml").exists()  # nothing written
+    with pytest.raises(ValueError, match="train.device"):
+        from_dict(tiny_train_config(tmp_path, train={"device": "tpu"}))
+
+
+def test_bf16_training_learns_and_resumes_like_fp32(tmp_path, caplog):
+    """bf16 autocast on CPU: the loss falls, the log names device and precision, resume is exact."""
+    raw = tiny_train_config(tmp_path, train={"precision": "bf16", "max_steps": 40, "valid_every": 20})
+    full = Trainer(from_dict(raw))
+    with caplog.at_level("INFO"):
+        full.train()
+    assert "device: cpu (" in caplog.text and "precision: bf16" in caplog.text
+    raw_half = tiny_train_config(
+        tmp_path / "b", train={"precision": "bf16", "max_steps": 20, "valid_every": 20}
+    )
+    Trainer(from_dict(raw_half)).train()
+    raw_half["train"]["max_steps"] = 40
+    resumed = Trainer(from_dict(raw_half), resume=True)
+    resumed.train()
+    for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    records = [json.loads(x) for x in (full.run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert "scaler" in load_checkpoint(full.run_dir / "last.pt")

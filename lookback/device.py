@@ -1,0 +1,49 @@
+"""Where and in what precision training runs: device choice, autocast, CPU settings.
+
+train.device: auto | cpu | cuda       auto takes the GPU when torch sees one
+train.precision: fp32 | bf16 | fp16   bf16/fp16 autocast the forward pass;
+                                      fp16 (GPU only) scales the loss against underflow
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+# oneDNN keeps a compiled kernel, with its own copy of the weights in bf16, for every
+# tensor shape it has seen, up to 1,024 of them. Sentences give ever new shapes, so
+# with bf16 on CPU the cache alone grew a run by gigabytes; 64 kernels cost no speed.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device of `train.device`; a clear error when CUDA is asked for but absent."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("train.device is 'cuda' but this torch sees no CUDA GPU; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def check_precision(device: torch.device, precision: str) -> None:
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("train.precision fp16 needs a CUDA GPU; on a CPU use bf16 or fp32")
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """The forward pass in bf16/fp16 where it is safe (matrix products), fp32 elsewhere."""
+    dtype = DTYPES.get(precision, torch.float32)
+    return torch.autocast(device.type, dtype=dtype, enabled=precision in DTYPES)
+
+
+def describe(device: torch.device, precision: str) -> str:
+    """One line for the log: which device, how many threads, which precision."""
+    if device.type == "cuda":
+        where = f"cuda ({torch.cuda.get_device_name(device)})"
+    else:
+        where = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return f"device: {where}; precision: {precision}"
