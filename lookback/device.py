@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 
 import torch
 
@@ -40,10 +41,21 @@ def autocast(device: torch.device, precision: str) -> torch.autocast:
     return torch.autocast(device.type, dtype=dtype, enabled=precision in DTYPES)
 
 
+def cpu_name() -> str:
+    """The CPU's model name where the system tells it (Linux), else its architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def describe(device: torch.device, precision: str) -> str:
     """One line for the log: which device, how many threads, which precision."""
     if device.type == "cuda":
         where = f"cuda ({torch.cuda.get_device_name(device)})"
     else:
-        where = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        where = f"cpu ({cpu_name()}, {torch.get_num_threads()} threads)"
     return f"device: {where}; precision: {precision}"
