@@ -108,10 +108,20 @@ class Decoder(nn.Module):
         return DecoderState(hidden, torch.zeros_like(s0[0]))
 
     def context(self, s: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor | None]:
-        """c_t and alpha_t for queries s (B, T, D); the fixed c when there is no attention."""
+        """c_t and alpha_t for queries s (R, T, D); the fixed c when there is no attention.
+
+        R is the batch, or in beam search K rows per sentence of enc, kept
+        together: the source is then stored once per sentence, and the
+        K beams of a sentence attend to it as K x T queries.
+        """
+        R, T, _ = s.shape
+        B = enc.h.size(0)
         if self.score is None:
-            return enc.c.unsqueeze(1).expand(-1, s.size(1), -1), None  # (B, T, He)
-        return attend(self.score(s, enc.keys), enc.h, enc.src_mask)
+            c = enc.c if R == B else enc.c.repeat_interleave(R // B, 0)  # (R, He)
+            return c.unsqueeze(1).expand(-1, T, -1), None  # (R, T, He)
+        q = s.reshape(B, R // B * T, -1)  # (R, T, D) -> (B, K*T, D)
+        c, alpha = attend(self.score(q, enc.keys), enc.h, enc.src_mask)  # (B, K*T, He), (B, K*T, S)
+        return c.view(R, T, -1), alpha.view(R, T, -1)
 
     def forward(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
         """Run T steps on the previous tokens y_prev (B, T): the whole target in teacher

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .model import Seq2Seq
-from .tokenizer import BOS, EOS, PAD
+from .tokenizer import BOS, EOS
 
 
 @dataclass
@@ -36,56 +36,61 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
-def _log_probs(logits: Tensor, at_limit: Tensor) -> Tensor:
-    """log P(y_t) of the last step (N, V); rows at their length limit may only end."""
-    logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
+def _next_tokens(logits: Tensor, at_limit: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """The n most probable next tokens of each row (R, n), and their log P(y_t).
+
+    log P = logit - logsumexp(logits): the full log-softmax over V is never
+    written out. Rows at their length limit may only end: </s> with log P 0.
+    """
+    logits = logits[:, -1].float()  # (R, V)
+    top, tokens = logits.topk(n, dim=-1)  # (R, n)
+    logp = top - torch.logsumexp(logits, dim=-1, keepdim=True)
     if at_limit.any():
         only_eos = torch.full_like(logp[0], float("-inf"))
-        only_eos[EOS] = 0.0
+        only_eos[0] = 0.0
         logp = torch.where(at_limit.unsqueeze(-1), only_eos, logp)
-    return logp
-
-
-def _attention_rows(alphas: list[Tensor], n_tokens: int, src_len: int) -> Tensor | None:
-    if not alphas:
-        return None
-    if n_tokens == 0:
-        return torch.zeros(0, src_len)
-    return torch.stack(alphas[:n_tokens]).float()[:, :src_len].cpu()
+        tokens = tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
+    return logp, tokens
 
 
 @torch.no_grad()
 def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0) -> list[Hypothesis]:
-    """Pick the most probable token at every step until </s>, for a batch src (B, S)."""
-    B = src.size(0)
+    """Pick the most probable token at every step until </s>, for a batch src (B, S).
+
+    A sentence that has ended leaves the batch: the decoder only works on
+    the sentences still being translated.
+    """
+    B, S, device = src.size(0), src.size(1), src.device
     enc = model.encode(src, src_len)
     state = model.decoder.init_state(enc)
-    limit = max_lengths(src_len, max_ratio)
-    y = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    logprob = torch.zeros(B, device=src.device)
-    tokens, alphas = [], []
-    for t in range(int(limit.max())):
+    limit = max_lengths(src_len, max_ratio)  # (A,) A <= B sentences still being translated
+    sent = torch.arange(B, device=device)  # (A,) which ones
+    steps = int(limit.max())
+    ids = torch.full((B, steps), EOS, dtype=torch.long, device=device)  # outputs, by sentence
+    attn = torch.zeros(B, steps, S, device=device) if model.decoder.score is not None else None
+    logprob = torch.zeros(B, device=device)
+    y = torch.full((B, 1), BOS, dtype=torch.long, device=device)  # (A, 1)
+    for t in range(steps):
         out = model.decoder(y, enc, state)
-        state = out.state
-        logp = _log_probs(out.logits, t + 1 >= limit)
-        best, y_t = logp.max(-1)  # (B,)
-        logprob += torch.where(finished, 0.0, best)
-        y_t = y_t.masked_fill(finished, PAD)
-        tokens.append(y_t)
-        if out.alpha is not None:
-            alphas.append(out.alpha[:, -1])  # (B, S)
-        finished |= y_t == EOS
-        if finished.all():
+        logp, y = _next_tokens(out.logits, t + 1 >= limit, 1)  # (A, 1) the best token, its log P
+        ids[sent, t] = y[:, 0]
+        logprob[sent] += logp[:, 0]
+        if attn is not None:
+            attn[sent, t] = out.alpha[:, -1].float()  # (A, S)
+        ended = y[:, 0] == EOS
+        if ended.all():
             break
-        y = y_t.unsqueeze(1)
-    ids = torch.stack(tokens, 1).tolist()  # (B, steps)
+        state = out.state
+        if ended.any():
+            keep = (~ended).nonzero().squeeze(1)  # (A',)
+            sent, limit, y = sent[keep], limit[keep], y[keep]
+            enc, state = enc.index_select(keep), state.index_select(keep)
     hyps = []
-    for b in range(B):
-        seq = ids[b][: ids[b].index(EOS)] if EOS in ids[b] else ids[b]
-        rows = [a[b] for a in alphas]
+    for b, row in enumerate(ids.tolist()):
+        seq = row[: row.index(EOS)] if EOS in row else row
         lp = float(logprob[b])
-        hyps.append(Hypothesis(seq, lp, lp, _attention_rows(rows, len(seq), int(src_len[b]))))
+        rows = None if attn is None else attn[b, : len(seq), : int(src_len[b])].cpu()
+        hyps.append(Hypothesis(seq, lp, lp, rows))
     return hyps
 
 
@@ -94,7 +99,7 @@ def beam_step(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor, Ten
 
     Args:
         scores: (B, K) log-probabilities of the live hypotheses (-inf for empty slots).
-        logp: (B, K, V) log-probabilities of each next token.
+        logp: (B, K, V) log-probabilities of each next token (or of each beam's V best).
         n: candidates kept per sentence, usually 2K (in case half of them end with </s>).
 
     Returns:
@@ -121,51 +126,59 @@ def beam_search(
     A candidate ending in </s> among the top `beam` of a step becomes a
     finished hypothesis, scored by its log-probability over lp(length); a
     sentence is done once it has `beam` finished ones or reaches its length
-    limit. Returns the `nbest` best finished hypotheses per sentence.
+    limit, and from then on its rows leave the batch, so the decoder only
+    works on sentences still being searched. The source is kept once per
+    sentence (the decoder lets the K rows of a sentence share it), and the
+    first step runs one row per sentence, since all beams would start from
+    the same <s>. Returns the `nbest` best finished hypotheses per sentence.
     """
     B, K, device = src.size(0), beam, src.device
-    enc = model.encode(src, src_len)
-    state = model.decoder.init_state(enc)
-    expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
-    enc, state = enc.index_select(expand), state.index_select(expand)
-    limit = max_lengths(src_len, max_ratio)  # (B,)
-    scores = torch.full((B, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # one live hypothesis, <s>, per sentence at the start
-    y = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
-    history = torch.zeros((B * K, 0), dtype=torch.long, device=device)  # tokens so far
-    attn_history: Tensor | None = None  # (B*K, steps, S)
+    enc = model.encode(src, src_len)  # (A, ...) one copy per sentence
+    state = model.decoder.init_state(enc)  # (A*k, ...) one row per live hypothesis
+    sent = torch.arange(B, device=device)  # (A,) the sentences still searched, A <= B
+    limit = max_lengths(src_len, max_ratio)  # (A,)
+    scores = torch.zeros(B, 1, device=device)  # (A, k) k = 1 live hypothesis, <s>, at the start
+    y = torch.full((B, 1), BOS, dtype=torch.long, device=device)  # (A*k, 1)
+    history = torch.zeros((B, 0), dtype=torch.long, device=device)  # (A*k, steps) tokens so far
+    attn_history: Tensor | None = None  # (A*k, steps, S)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    offsets = (torch.arange(B, device=device) * K).unsqueeze(1)  # (B, 1)
     for t in range(int(limit.max())):
+        A, k = scores.shape
         out = model.decoder(y, enc, state)
-        at_limit = (t + 1 >= limit).repeat_interleave(K)
-        logp = _log_probs(out.logits, at_limit).view(B, K, -1)
-        cand_scores, cand_beams, cand_tokens = beam_step(scores, logp, 2 * K)  # (B, 2K)
-        flat_beams = (offsets + cand_beams).view(-1)  # rows of (B*K) each candidate extends
+        # only a row's 2K best tokens can be among the sentence's 2K best candidates
+        logp, tokens = _next_tokens(out.logits, (t + 1 >= limit).repeat_interleave(k), 2 * K)  # (A*k, 2K)
+        cand_scores, cand_beams, cand_j = beam_step(scores, logp.view(A, k, 2 * K), 2 * K)  # (A, 2K)
+        cand_tokens = tokens.view(A, k * 2 * K).gather(1, cand_beams * 2 * K + cand_j)
+        cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend
         if out.alpha is not None:
-            step_attn = out.alpha[:, -1:].float()  # (B*K, 1, S)
+            step_attn = out.alpha[:, -1:].float()  # (A*k, 1, S)
             attn_history = step_attn if attn_history is None else torch.cat([attn_history, step_attn], 1)
 
         # 1) candidates ending with </s> within the top K become finished hypotheses
-        ends = (cand_tokens == EOS) & torch.isfinite(cand_scores)
-        ends[:, K:] = False
-        ends &= ~done.unsqueeze(1)
-        for b, j in ends.nonzero().tolist():
-            row = int(flat_beams[b * cand_beams.size(1) + j])
+        ends = (cand_tokens[:, :K] == EOS) & torch.isfinite(cand_scores[:, :K])
+        for a, j in ends.nonzero().tolist():
+            b, row = int(sent[a]), int(cand_rows[a, j])
             seq = history[row].tolist()
-            lp = float(cand_scores[b, j])
+            lp = float(cand_scores[a, j])
             attn = None if attn_history is None else attn_history[row, : len(seq), : int(src_len[b])].cpu()
             finished[b].append(Hypothesis(seq, lp / length_penalty(len(seq) + 1, alpha), lp, attn))
-        done |= torch.tensor([len(f) >= K for f in finished], device=device) | (t + 1 >= limit)
-        if done.all():
-            break
 
         # 2) the K best candidates that do not end become the live hypotheses
         live = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
-        scores, pick = live.topk(K, dim=-1)  # (B, K)
-        rows = (offsets + cand_beams.gather(1, pick)).view(-1)  # (B*K,)
-        y = cand_tokens.gather(1, pick).view(-1, 1)
+        scores, pick = live.topk(K, dim=-1)  # (A, K)
+        rows = cand_rows.gather(1, pick)  # (A, K)
+        y = cand_tokens.gather(1, pick)  # (A, K)
+
+        # 3) sentences that are done leave the batch
+        done = torch.tensor([len(finished[b]) >= K for b in sent.tolist()], device=device)
+        done |= t + 1 >= limit
+        if done.all():
+            break
+        if done.any():
+            keep = (~done).nonzero().squeeze(1)  # (A',)
+            sent, limit, scores, rows, y = sent[keep], limit[keep], scores[keep], rows[keep], y[keep]
+            enc = enc.index_select(keep)
+        rows, y = rows.view(-1), y.view(-1, 1)  # (A'*K,)
         history = torch.cat([history.index_select(0, rows), y], 1)
         if attn_history is not None:
             attn_history = attn_history.index_select(0, rows)

@@ -71,3 +71,67 @@ def test_length_penalty_is_gnmt():
     assert length_penalty(1, 1.0) == 1.0
     assert length_penalty(7, 0.5) == pytest.approx(math.sqrt(2))
     assert length_penalty(9, 0.0) == 1.0
+
+
+def _count_rows(model) -> list[int]:
+    """Record how many rows the decoder runs at each step."""
+    rows, forward = [], model.decoder.forward
+
+    def counting(y, enc, state):
+        rows.append(y.size(0))
+        return forward(y, enc, state)
+
+    model.decoder.forward = counting
+    return rows
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(attention="additive"),
+        dict(attention="none"),
+        dict(attention="dot", input_feeding=True, dec_hidden_size=24),
+        dict(attention="general", attend_from="previous", cell="lstm"),
+    ],
+)
+def test_a_batch_translates_each_sentence_as_alone(variant):
+    """Sentences leave the batch as they finish: no row may be mixed up with another's."""
+    model = tiny_model(seed=5, **variant)
+    src, src_len = pad(SRC)
+    together_g = greedy(model, src, src_len)
+    together_b = beam_search(model, src, src_len, beam=3, nbest=3)
+    for i, ids in enumerate(SRC):
+        one, one_len = pad([ids])
+        [alone_g] = greedy(model, one, one_len)
+        [alone_b] = beam_search(model, one, one_len, beam=3, nbest=3)
+        assert together_g[i].tokens == alone_g.tokens
+        assert together_g[i].logprob == pytest.approx(alone_g.logprob, abs=1e-4)
+        assert [h.tokens for h in together_b[i]] == [h.tokens for h in alone_b]
+        assert [h.score for h in together_b[i]] == pytest.approx([h.score for h in alone_b], abs=1e-4)
+        if variant["attention"] != "none":
+            assert torch.allclose(together_g[i].attention, alone_g.attention, atol=1e-5)
+            assert torch.allclose(together_b[i][0].attention, alone_b[0].attention, atol=1e-5)
+
+
+def test_greedy_runs_one_row_per_unfinished_sentence():
+    model = tiny_model(attention="additive", seed=4)
+    rows = _count_rows(model)
+    src, src_len = pad(SRC)
+    hyps = greedy(model, src, src_len, max_ratio=1.0)
+    # every row the decoder ran produced one output token of a sentence still going (</s> included)
+    assert sum(rows) == sum(len(h.tokens) + 1 for h in hyps)
+    assert rows[0] == len(SRC) and rows[-1] < len(SRC)
+
+
+def test_beam_search_drops_the_rows_of_finished_sentences():
+    model = tiny_model(attention="additive", seed=4)
+    rows = _count_rows(model)
+    src, src_len = pad(SRC)
+    K = 3
+    beam_search(model, src, src_len, beam=K, max_ratio=1.0)
+    limits = max_lengths(src_len, 1.0).tolist()  # 11, 7, 9: the untrained model runs to the limit
+    assert rows[0] == len(SRC)  # one row per sentence: all beams would start from <s>
+    # afterwards K rows per sentence still searched; a sentence at its limit leaves
+    expected = [K * sum(t < lim for lim in limits) for t in range(1, len(rows))]
+    assert rows[1:] == expected
+    assert rows[-1] == K
