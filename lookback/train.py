@@ -8,6 +8,11 @@ A run directory holds config.yaml (the resolved config), the tokenizer
 files, metrics.jsonl, and best.pt / last.pt. `resume=True` continues from
 last.pt exactly: weights, optimiser, scheduler, RNG and the position in the
 data, so a resumed run ends where an uninterrupted one would.
+
+Under torchrun (docs/distributed.md) every rank plans the same batches and
+an update takes the next N x accumulate of them, rank r its r-th, (r+N)-th,
+...; only rank 0 validates and writes the run directory, and every decision
+to stop is rank 0's, so that all ranks stop at the same update.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from .batch import collate, token_batches
+from . import distributed
+from .batch import Batch, collate, token_batches
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import Config, save_config
 from .data import read_parallel
@@ -42,7 +48,7 @@ class Progress:
 
     step: int = 0  # updates done
     epoch: int = 0  # current pass over the data
-    batch: int = 0  # batches of this epoch already done
+    batch: int = 0  # planned batches of this epoch already done, by all ranks together
     best_bleu: float = -1.0  # best validation BLEU so far
     bad_validations: int = 0  # validations since the best, for early stopping
     seconds: float = 0.0  # training time so far, across resumes
@@ -77,6 +83,8 @@ def encode_corpus(
 
 
 def set_threads(n: int) -> None:
+    """train.threads, per process; 0 under torchrun shares this machine's cores among its processes."""
+    n = n or distributed.threads_per_process()
     if n:
         torch.set_num_threads(n)
 
@@ -89,6 +97,8 @@ class Trainer:
         set_threads(cfg.train.threads)
         self.device = resolve_device(cfg.train.device)
         check_precision(self.device, cfg.train.precision)
+        self.device = distributed.init(self.device)  # under torchrun: join the others; cuda:LOCAL_RANK
+        self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.progress = Progress()
         last = self.run_dir / "last.pt"
         if resume and not last.exists():
@@ -101,12 +111,7 @@ class Trainer:
         # 1) data and tokenizers (trained on the training split, kept in the run directory)
         d = cfg.data
         src, tgt = read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
-        if resume:
-            self.src_tok, self.tgt_tok = load_tokenizers(self.run_dir)
-        else:
-            self.src_tok, self.tgt_tok = train_tokenizers(
-                cfg.tokenizer, src, tgt, d.src_lang, d.tgt_lang, self.run_dir
-            )
+        self.src_tok, self.tgt_tok = self._tokenizers(src, tgt, resume)
         self.train_data = encode_corpus(src, tgt, self.src_tok, self.tgt_tok, d.max_len)
         valid = read_parallel(d.valid, d.src_lang, d.tgt_lang, d.multi30k_dir)
         self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok)
@@ -114,6 +119,10 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)
         self.model: Seq2Seq = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
         self.model.to(self.device)
+        if self.rank:  # the same initial weights everywhere, but each rank its own dropout
+            torch.manual_seed(cfg.train.seed + self.rank)
+        self.loss_module = distributed.wrap(self.model, self.device)  # in DDP under torchrun
+        self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             self.optimizer,
@@ -127,9 +136,24 @@ class Trainer:
         self.translator = Translator(self.model, self.src_tok, self.tgt_tok, cfg.decode, device=self.device)
         if resume:
             self._restore(load_checkpoint(last))
-        else:
+        elif self.main:
             save_config(cfg, self.run_dir / "config.yaml")
-        self.metrics = (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        self.metrics = (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") if self.main else None
+
+    def _tokenizers(self, src: list[str], tgt: list[str], resume: bool) -> tuple[Tokenizer, Tokenizer]:
+        """Trained by rank 0 on a new run; read from the run directory by the others, and on resume."""
+        d = self.cfg.data
+        if not resume and self.main:
+            toks = train_tokenizers(self.cfg.tokenizer, src, tgt, d.src_lang, d.tgt_lang, self.run_dir)
+        distributed.barrier()  # the other ranks wait for the files
+        if resume or not self.main:
+            if not self.main and not (self.run_dir / "tokenizer.json").exists():
+                raise FileNotFoundError(
+                    f"{self.run_dir}: rank {self.rank} cannot see the tokenizers that rank 0 wrote; "
+                    f"train.run_dir must be on a filesystem that every node shares"
+                )
+            toks = load_tokenizers(self.run_dir)
+        return toks
 
     # -- the loop ----------------------------------------------------------------
 
@@ -140,20 +164,35 @@ class Trainer:
         n_params = sum(x.numel() for x in self.model.parameters())
         logger.info("model: %.2fM parameters; %d training pairs", n_params / 1e6, len(lengths))
         logger.info(describe(self.device, self.cfg.train.precision))
-        bar = tqdm(total=cfg.max_steps or None, initial=p.step, unit="step", dynamic_ncols=True, disable=None)
+        if self.world > 1 or cfg.accumulate > 1:
+            logger.info("%d process(es) x %d batch(es) per update", self.world, cfg.accumulate)
+        bar = tqdm(
+            total=cfg.max_steps or None,
+            initial=p.step,
+            unit="step",
+            dynamic_ncols=True,
+            disable=None if self.main else True,
+        )
         window = {"loss": 0.0, "tokens": 0, "start": time.perf_counter()}
         start = time.perf_counter() - p.seconds
+        per_step = self.world * cfg.accumulate  # planned batches in one update
         self._check_limits()  # a resumed run may already be at its limits
         try:
             while not p.done:
-                batches = token_batches(lengths, cfg.max_tokens, cfg.seed, p.epoch)
-                for idx in batches[p.batch :]:
-                    batch = collate([self.train_data.pairs[i] for i in idx])
-                    loss = self.train_step(batch)
-                    p.step, p.batch = p.step + 1, p.batch + 1
-                    p.seconds = time.perf_counter() - start
+                batches = self._plan(lengths, p.epoch)
+                # rank r takes the r-th, (r+N)-th, ... of each update's batches; the epoch's last
+                # len % per_step batches are left out, so that every rank makes the same updates
+                for first in range(p.batch, len(batches) - per_step + 1, per_step):
+                    mine = [
+                        collate([self.train_data.pairs[i] for i in idx])
+                        for idx in batches[first + self.rank : first + per_step : self.world]
+                    ]
+                    loss = self.train_step(*mine)
+                    p.step, p.batch = p.step + 1, first + per_step
+                    # rank 0's clock, so that the time limit stops every rank at the same update
+                    (p.seconds,) = distributed.broadcast([time.perf_counter() - start])
                     window["loss"] += loss
-                    window["tokens"] += batch.n_tokens
+                    window["tokens"] += sum(b.n_tokens for b in mine)
                     bar.update()
                     if p.step % cfg.log_every == 0:
                         self._log_train(window, bar)
@@ -168,31 +207,57 @@ class Trainer:
                         p.done = True
                         self.validate()
         except KeyboardInterrupt:
-            logger.warning("interrupted at step %d; saving %s", p.step, self.run_dir / "last.pt")
-            self.save("last")
+            if self.main:
+                logger.warning("interrupted at step %d; saving %s", p.step, self.run_dir / "last.pt")
+                self.save("last")
             raise
         finally:
             bar.close()
-            self.metrics.close()
+            if self.metrics:
+                self.metrics.close()
+        distributed.barrier()  # no rank returns before rank 0 has written the last checkpoint
         return p
 
-    def train_step(self, batch) -> float:
-        """One update: loss, backward, clip, step. Returns the summed loss."""
-        self.model.train()
-        batch = batch.to(self.device)
-        with autocast(self.device, self.cfg.train.precision):
-            loss = self.model.loss(
-                batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, self.cfg.train.label_smoothing
+    def _plan(self, lengths: list[tuple[int, int]], epoch: int) -> list[list[int]]:
+        """The epoch's batches: the same on every rank, and enough of them for one update."""
+        cfg = self.cfg.train
+        batches = token_batches(lengths, cfg.max_tokens, cfg.seed, epoch)
+        if len(batches) < self.world * cfg.accumulate:
+            raise ValueError(
+                f"train.max_tokens {cfg.max_tokens} makes {len(batches)} batches per epoch, fewer than the "
+                f"{self.world * cfg.accumulate} of one update ({self.world} processes x train.accumulate "
+                f"{cfg.accumulate}); lower train.max_tokens"
             )
+        return batches
+
+    def train_step(self, *batches: Batch) -> float:
+        """One update from this rank's batches: loss, backward, clip, step. Returns their summed loss.
+
+        The gradient is that of the mean loss per target token over the global
+        batch (every rank's batches): each rank divides its summed loss by the
+        global token count over N, and DDP averages the N ranks' gradients.
+        """
+        self.loss_module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        # mean over tokens: steps do not depend on batch shape
-        self.scaler.scale(loss / batch.n_tokens).backward()
+        (tokens,) = distributed.all_reduce_sum([sum(b.n_tokens for b in batches)])
+        per_rank = tokens / self.world  # mean over tokens: steps do not depend on batch shape
+        total = 0.0
+        for i, batch in enumerate(batches):
+            batch = batch.to(self.device)
+            # DDP averages the gradients once, in the backward of the last batch
+            with distributed.no_sync(self.loss_module, i == len(batches) - 1):
+                with autocast(self.device, self.cfg.train.precision):
+                    loss = self.loss_module(
+                        batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, self.cfg.train.label_smoothing
+                    )
+                self.scaler.scale(loss / per_rank).backward()
+            total += float(loss.detach())
         if self.cfg.train.clip:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip)
         self.scaler.step(self.optimizer)  # skips the step if fp16 gradients overflowed
         self.scaler.update()
-        return float(loss.detach())
+        return total
 
     def _check_limits(self) -> None:
         """The stopping rules; a resumed run given a larger budget goes on."""
@@ -208,9 +273,15 @@ class Trainer:
             p.done = True
 
     def _log_train(self, window: dict, bar: tqdm) -> None:
+        """Loss per token and tokens/s since the last line, over all ranks (rank 0 writes)."""
         now = time.perf_counter()
-        loss = window["loss"] / max(window["tokens"], 1)
-        tok_s = window["tokens"] / max(now - window["start"], 1e-9)
+        seconds = now - window["start"]
+        loss_sum, tokens = distributed.all_reduce_sum([window["loss"], window["tokens"]])
+        window.update(loss=0.0, tokens=0, start=now)
+        if not self.main:
+            return
+        loss = loss_sum / max(tokens, 1)
+        tok_s = tokens / max(seconds, 1e-9)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", epoch=self.progress.epoch)
         self._write_metrics(
             kind="train",
@@ -219,7 +290,6 @@ class Trainer:
             tokens_per_s=tok_s,
             lr=self.optimizer.param_groups[0]["lr"],
         )
-        window.update(loss=0.0, tokens=0, start=now)
 
     def _write_metrics(self, **record: Any) -> None:
         p = self.progress
@@ -242,21 +312,25 @@ class Trainer:
         return total / tokens
 
     def validate(self) -> None:
-        """Loss, perplexity and greedy BLEU on the validation set; checkpoint; early stopping."""
+        """Loss, perplexity and greedy BLEU on the validation set; checkpoint; early stopping.
+
+        Under torchrun rank 0 alone translates and writes; the others wait for
+        its BLEU and take the same scheduler and early-stopping steps, so that
+        learning rate and stopping stay the same on every rank.
+        """
         cfg, p = self.cfg, self.progress
+        if self.world > 1:
+            self.rank_rng = distributed.all_gather_object(self._rng_state())
+        if not self.main:
+            (bleu,) = distributed.broadcast([0.0])
+            self._track(bleu)
+            return
         t0 = time.perf_counter()
         loss = self.validation_loss()
         hyps = [t.text for t in self.translator.translate(self.valid_data.src, beam=1)]
         scores = score(hyps, self.valid_data.tgt, cfg.data.tgt_lang)
-        self.scheduler.step(scores.bleu)
-        improved = scores.bleu > p.best_bleu
-        if improved:
-            p.best_bleu, p.bad_validations = scores.bleu, 0
-        else:
-            p.bad_validations += 1
-            if cfg.train.early_stopping and p.bad_validations >= cfg.train.early_stopping:
-                logger.info("early stopping: no better validation BLEU in %d validations", p.bad_validations)
-                p.done = True
+        distributed.broadcast([scores.bleu])
+        improved = self._track(scores.bleu)
         self._write_metrics(
             kind="valid",
             loss=loss,
@@ -280,15 +354,31 @@ class Trainer:
             self.save("best")
         self.save("last")
 
+    def _track(self, bleu: float) -> bool:
+        """The learning-rate schedule, best BLEU and early stopping; True if `bleu` is the best yet."""
+        cfg, p = self.cfg.train, self.progress
+        self.scheduler.step(bleu)
+        if bleu > p.best_bleu:
+            p.best_bleu, p.bad_validations = bleu, 0
+            return True
+        p.bad_validations += 1
+        if cfg.early_stopping and p.bad_validations >= cfg.early_stopping:
+            logger.info("early stopping: no better validation BLEU in %d validations", p.bad_validations)
+            p.done = True
+        return False
+
     def state(self) -> dict[str, Any]:
         """Everything a checkpoint holds: plain containers and tensors only."""
+        one_process = self.world == 1  # else rank_rng holds each rank's GPU generator
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "progress": asdict(self.progress),
             "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
+            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" and one_process else [],
+            "rank_rng": self.rank_rng,  # torchrun: every rank's generators, from the last validation
+            "world_size": self.world,  # processes that trained together (torchrun); 1 otherwise
             "scaler": self.scaler.state_dict(),
             "config": self.cfg.to_dict(),
         }
@@ -302,9 +392,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.progress = Progress(**state["progress"])
         self.progress.done = False  # a resumed run may have been given a larger budget
-        torch.set_rng_state(state["rng"])
-        if self.device.type == "cuda" and state.get("cuda_rng"):
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self._restore_rng(state)
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         logger.info(
@@ -313,9 +401,41 @@ class Trainer:
             self.progress.epoch,
             self.progress.batch,
         )
+        world, accumulate = state.get("world_size", 1), state["config"]["train"].get("accumulate", 1)
+        if (world, accumulate) != (self.world, self.cfg.train.accumulate):
+            logger.warning(
+                "the run was trained with %d process(es) x accumulate %d, and goes on with %d x %d: "
+                "the same data from here, in global batches of a new size",
+                world,
+                accumulate,
+                self.world,
+                self.cfg.train.accumulate,
+            )
+
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        """This process's random generators: dropout on CPU, or on its GPU."""
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else torch.empty(0)
+        return {"cpu": torch.get_rng_state(), "cuda": cuda}
+
+    def _restore_rng(self, state: dict[str, Any]) -> None:
+        """Each rank's generators as saved; a rank the saved run did not have starts afresh."""
+        saved = state.get("rank_rng") or []
+        if self.world > 1 and self.rank < len(saved):
+            torch.set_rng_state(saved[self.rank]["cpu"])
+            if self.device.type == "cuda" and saved[self.rank]["cuda"].numel():
+                torch.cuda.set_rng_state(saved[self.rank]["cuda"], self.device)
+        elif self.rank:
+            torch.manual_seed(self.cfg.train.seed + self.rank)
+        else:
+            torch.set_rng_state(state["rng"])
+            if self.device.type == "cuda" and state.get("cuda_rng") and self.world == 1:
+                torch.cuda.set_rng_state_all(state["cuda_rng"])
 
 
 def train(cfg: Config, resume: bool = False) -> Path:
-    """Train a model as `cfg` says; returns the run directory."""
-    Trainer(cfg, resume).train()
+    """Train a model as `cfg` says (on every rank, under torchrun); returns the run directory."""
+    try:
+        Trainer(cfg, resume).train()
+    finally:
+        distributed.cleanup()
     return Path(cfg.train.run_dir)

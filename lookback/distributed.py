@@ -1,0 +1,141 @@
+"""Data-parallel training over several processes, as torchrun starts them.
+
+    torchrun --nproc_per_node N -m lookback train CONFIG
+
+torchrun starts N copies of the command and tells each, in environment
+variables, its RANK (0 .. WORLD_SIZE-1, over all machines), the WORLD_SIZE
+and its LOCAL_RANK on this machine. Every rank holds a whole model; each
+trains on its own share of the batches, and DistributedDataParallel (DDP)
+averages the gradients over the ranks in backward, so that every rank takes
+the same optimiser step. Processes talk through gloo on CPUs and NCCL on
+GPUs (rank r uses cuda:LOCAL_RANK).
+
+Without torchrun (no WORLD_SIZE, or 1) there is no process group: every
+helper here returns its input and training runs exactly as in one process.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def rank() -> int:
+    """This process's rank over all machines; 0 without torchrun."""
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    """How many processes train together; 1 without torchrun."""
+    return dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main() -> bool:
+    """Rank 0 validates and writes the run directory; the others only train."""
+    return rank() == 0
+
+
+def cores() -> int:
+    """The CPU cores this process may use (Linux counts its affinity mask; others all cores)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def threads_per_process() -> int:
+    """train.threads 0 under torchrun: this machine's cores shared by its processes (0: torch's default)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, cores() // local) if local > 1 else 0
+
+
+def init(device: torch.device) -> torch.device:
+    """Join the process group that torchrun describes; returns the device this rank trains on.
+
+    gloo for CPUs; NCCL for GPUs, with rank r on cuda:LOCAL_RANK. Without
+    torchrun nothing happens and `device` comes back unchanged.
+    """
+    if world_size() == 1:
+        return device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)  # NCCL's collectives and barriers run on the current device
+    if not dist.is_initialized():
+        if device.type == "cuda":
+            dist.init_process_group("nccl", device_id=device)
+        else:
+            dist.init_process_group("gloo")
+    return device
+
+
+def cleanup() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    """Wait here until every rank arrives (for files that rank 0 writes and the others read)."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _tensor(values: list[float]) -> Tensor:
+    # float64 holds token counts exactly; NCCL only moves tensors that live on the GPU
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def all_reduce_sum(values: list[float]) -> list[float]:
+    """Each value summed over the ranks."""
+    if not dist.is_initialized():
+        return list(values)
+    t = _tensor(values)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def broadcast(values: list[float]) -> list[float]:
+    """Rank 0's values, on every rank: a decision taken once, the same everywhere."""
+    if not dist.is_initialized():
+        return list(values)
+    t = _tensor(values)
+    dist.broadcast(t, src=0)
+    return t.tolist()
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order (pickled: for small things such as RNG states)."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+class LossModule(nn.Module):
+    """`model.loss` as `forward`: DDP hooks into `forward` to synchronise gradients in backward."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float
+    ) -> Tensor:
+        return self.model.loss(src, src_len, tgt_in, tgt_out, label_smoothing)
+
+
+def wrap(model: nn.Module, device: torch.device) -> nn.Module:
+    """The training loss as a module; in DDP (which also copies rank 0's weights) under torchrun."""
+    module = LossModule(model)
+    if not dist.is_initialized():
+        return module
+    return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def no_sync(module: nn.Module, sync: bool):
+    """Skip DDP's gradient averaging for all but the last batch of an accumulated update."""
+    return module.no_sync() if isinstance(module, DistributedDataParallel) and not sync else nullcontext()
