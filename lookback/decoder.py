@@ -126,18 +126,30 @@ class Decoder(nn.Module):
     def forward(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
         """Run T steps on the previous tokens y_prev (B, T): the whole target in teacher
         forcing, one token at a time in search."""
+        att, alpha, state = self.attentional(y_prev, enc, state)
+        return DecoderOutput(self.project(att), alpha, state)
+
+    def attentional(
+        self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
+        """Steps 1-4 for y_prev (B, T): the attentional vectors ~s_t (B, T, D), alpha_t, the state."""
         if self.parallel or y_prev.size(1) == 1:
             return self._steps(y_prev, enc, state)
-        logits, alphas = [], []
+        atts, alphas = [], []
         for t in range(y_prev.size(1)):
-            out = self._steps(y_prev[:, t : t + 1], enc, state)
-            logits.append(out.logits)
-            alphas.append(out.alpha)
-            state = out.state
+            att, alpha, state = self._steps(y_prev[:, t : t + 1], enc, state)
+            atts.append(att)
+            alphas.append(alpha)
         alpha = None if self.score is None else torch.cat(alphas, 1)
-        return DecoderOutput(torch.cat(logits, 1), alpha, state)
+        return torch.cat(atts, 1), alpha, state
 
-    def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
+    def project(self, att: Tensor) -> Tensor:
+        """5) the logits of P(y_t) = softmax(W_o ~s_t): (..., D) -> (..., V)."""
+        return self.out(self.dropout(att))
+
+    def _steps(
+        self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState
+    ) -> tuple[Tensor, Tensor | None, DecoderState]:
         """T decoder steps with one RNN call; T must be 1 unless `self.parallel`."""
         x = self.dropout(self.embed(y_prev))  # (B, T) -> (B, T, E)
         inputs, c, alpha = [x], None, None
@@ -153,5 +165,4 @@ class Decoder(nn.Module):
         if c is None:  # 3) attend from the new state s_t
             c, alpha = self.context(s, enc)
         att = torch.tanh(self.combine(torch.cat([s, c.to(s.dtype)], -1)))  # 4) ~s_t (B, T, D)
-        logits = self.out(self.dropout(att))  # 5) (B, T, V)
-        return DecoderOutput(logits, alpha, DecoderState(hidden, att[:, -1]))
+        return att, alpha, DecoderState(hidden, att[:, -1])

@@ -35,15 +35,17 @@ class Seq2Seq(nn.Module):
     def loss(
         self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float = 0.0
     ) -> Tensor:
-        """Summed cross-entropy J over the real target tokens of tgt_out (B, T)."""
-        logits = self(src, src_len, tgt_in).logits
-        return F.cross_entropy(
-            logits.flatten(0, 1).float(),  # (B * T, V)
-            tgt_out.flatten(),
-            ignore_index=PAD,
-            label_smoothing=label_smoothing,
-            reduction="sum",
-        )
+        """Summed cross-entropy J over the real target tokens of tgt_out (B, T).
+
+        Only the real tokens reach the output layer: W_o and the softmax over V
+        are most of the cost, and a batch of sentences is often half padding.
+        """
+        enc = self.encode(src, src_len)
+        att, _, _ = self.decoder.attentional(tgt_in, enc, self.decoder.init_state(enc))  # (B, T, D)
+        real = tgt_out != PAD  # (B, T)
+        logits = self.decoder.project(att[real])  # (N, D) -> (N, V), N real tokens
+        targets = tgt_out[real]  # (N,)
+        return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
 
 
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:

@@ -152,3 +152,19 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(attention):
         assert float(model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out)) / b.n_tokens < 0.05
     hyps = greedy(model.eval(), b.src, b.src_len)
     assert [h.tokens for h in hyps] == [t for _, t in pairs]
+
+
+@pytest.mark.parametrize("feeding", [False, True])
+def test_the_loss_sends_only_real_tokens_to_the_output_layer(feeding):
+    """J over real tokens equals cross-entropy of the full (B, T, V) logits with padding ignored."""
+    model = tiny_model(attention="additive", input_feeding=feeding, seed=7)
+    batch = collate([([5, 6, 7], [8, 9, 10, 11, 12]), ([13], [14]), ([15, 16], [17, 18])])
+    logits = model(batch.src, batch.src_len, batch.tgt_in).logits  # (B, T, V), padding included
+    full = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0, reduction="sum", label_smoothing=0.1
+    )
+    rows = []
+    model.decoder.out.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+    loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, label_smoothing=0.1)
+    assert loss.item() == pytest.approx(full.item(), rel=1e-5)
+    assert rows == [batch.n_tokens] and batch.n_tokens == 6 + 2 + 3 < batch.tgt_out.numel()
