@@ -28,6 +28,7 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError
 from .config import ConfigError, load_config
 from .data import DataError
+from .distributed import is_main
 from .synth import add_synth_parser
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)
@@ -45,13 +46,23 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     cfg = load_config(args.config, args.set)
     run_dir = train(cfg, resume=args.resume)
-    print(f"run directory: {run_dir}")
+    if is_main():  # under torchrun, once
+        print(f"run directory: {run_dir}")
 
 
 def _translator(args: argparse.Namespace):
+    from .device import describe, resolve_device
     from .translator import Translator
 
-    return Translator.load(args.run_dir, checkpoint=args.checkpoint)
+    device = getattr(args, "device", "cpu")
+    if device != "cpu":
+        device = resolve_device(device, "--device")
+    translator = Translator.load(
+        args.run_dir, checkpoint=args.checkpoint, device=device, precision=getattr(args, "precision", None)
+    )
+    if hasattr(args, "device"):  # translate and evaluate say where they run, on stderr
+        print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
+    return translator
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -251,6 +262,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("run_dir", help="run directory written by `lookback train`")
         p.add_argument("--beam", type=int, help="beam size (1: greedy; default: the config's decode.beam)")
         p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
+        p.add_argument(
+            "--device",
+            default="auto",
+            choices=("auto", "cpu", "cuda"),
+            help="auto: the GPU if torch sees one",
+        )
+        p.add_argument(
+            "--precision",
+            choices=("fp32", "bf16", "fp16"),
+            help="autocast the search (default: the config's decode.precision, fp32)",
+        )
         p.set_defaults(func=func)
         if name == "translate":
             p.add_argument("--nbest", type=int, help="print the K best as 'index<TAB>score<TAB>text'")
@@ -267,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = TqdmHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    # under torchrun rank 0 tells the story; the other ranks speak only to warn
+    logging.basicConfig(level=logging.INFO if is_main() else logging.WARNING, handlers=[handler])
     try:
         args.func(args)
     except USER_ERRORS as exc:

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # 1e-3, which YAML 1.1 leaves a string
 
 
 class ConfigError(ValueError):
@@ -67,6 +71,7 @@ class TrainConfig:
     run_dir: str = "runs/default"  # everything a run writes goes here
     seed: int = 1  # seeds initialisation, dropout and batch order
     max_tokens: int = 2000  # batch size in target tokens (padding included)
+    accumulate: int = 1  # batches summed into one update, per process: a bigger batch, same memory
     max_steps: int = 0  # stop after this many updates (0: no limit)
     max_epochs: int = 30  # stop after this many passes over the data
     time_limit: float = 0.0  # stop after this many minutes of training (0: no limit)
@@ -92,6 +97,7 @@ class DecodeConfig:
     length_penalty: float = 1.0  # alpha of ((5 + len) / 6) ** alpha
     max_ratio: float = 2.0  # output at most max_ratio * source length + 5 tokens
     batch_size: int = 64  # sentences translated at once
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16: faster on CPUs with AVX-512 BF16
 
 
 @dataclass
@@ -106,8 +112,17 @@ class Config:
         return dataclasses.asdict(self)
 
 
+def _nonempty(v: str) -> bool:
+    return bool(v.strip())
+
+
 # Ranges checked after types: (dotted key, test, what was expected).
 _RANGES = [
+    ("data.src_lang", _nonempty, "a non-empty string"),
+    ("data.tgt_lang", _nonempty, "a non-empty string"),
+    ("data.train", _nonempty, "a corpus spec (a non-empty string)"),
+    ("data.valid", _nonempty, "a corpus spec (a non-empty string)"),
+    ("data.test", _nonempty, "a corpus spec (a non-empty string)"),
     ("data.max_len", lambda v: v >= 1, "an integer >= 1"),
     ("tokenizer.vocab_size", lambda v: v >= 8, "an integer >= 8"),
     ("tokenizer.min_freq", lambda v: v >= 1, "an integer >= 1"),
@@ -118,7 +133,10 @@ _RANGES = [
     ("model.dec_layers", lambda v: v >= 1, "an integer >= 1"),
     ("model.attention_size", lambda v: v >= 1, "an integer >= 1"),
     ("model.dropout", lambda v: 0.0 <= v < 1.0, "a number in [0, 1)"),
+    ("train.run_dir", _nonempty, "a directory (a non-empty string)"),
+    ("train.seed", lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)"),  # what every RNG accepts
     ("train.max_tokens", lambda v: v >= 1, "an integer >= 1"),
+    ("train.accumulate", lambda v: v >= 1, "an integer >= 1"),
     ("train.max_steps", lambda v: v >= 0, "an integer >= 0"),
     ("train.max_epochs", lambda v: v >= 1, "an integer >= 1"),
     ("train.time_limit", lambda v: v >= 0, "a number >= 0"),
@@ -132,13 +150,33 @@ _RANGES = [
     ("train.valid_sample", lambda v: v >= 0, "an integer >= 0"),
     ("train.early_stopping", lambda v: v >= 0, "an integer >= 0"),
     ("train.log_every", lambda v: v >= 1, "an integer >= 1"),
-    ("train.threads", lambda v: v >= 0, "an integer >= 0"),
+    ("train.threads", lambda v: 0 <= v <= 1024, "an integer in [0, 1024]"),  # torch overflows above 2**31
     ("decode.beam", lambda v: v >= 1, "an integer >= 1"),
     ("decode.nbest", lambda v: v >= 1, "an integer >= 1"),
     ("decode.length_penalty", lambda v: v >= 0, "a number >= 0"),
     ("decode.max_ratio", lambda v: v > 0, "a number > 0"),
     ("decode.batch_size", lambda v: v >= 1, "an integer >= 1"),
 ]
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters, so that each problem stays one short line."""
+    try:
+        text = repr(value)
+    except ValueError:  # Python refuses to print an int of over 4,300 digits
+        text = f"<an integer of {value.bit_length()} bits>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _finite(value: Any) -> float | None:
+    """`value` as a finite float; None for bools, strings, nan, inf and ints too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _check_type(value: Any, hint: Any) -> tuple[bool, Any, str]:
@@ -157,8 +195,12 @@ def _check_type(value: Any, hint: Any) -> tuple[bool, Any, str]:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool), value, "an integer"
     if hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return ok, float(value) if ok else value, "a number"
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):  # YAML 1.1 reads 1e-3 as a string
+            value = float(value)
+        number = _finite(value)
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        expected = "a finite number" if numeric else "a number"  # nan, inf, 10**400
+        return number is not None, value if number is None else number, expected
     if hint is str:
         return isinstance(value, str), value, "a string"
     raise TypeError(f"unsupported config type {hint}")
@@ -175,7 +217,8 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for key, value in raw.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
+        shown = key if isinstance(key, str) and key.isprintable() else _show(key)
+        dotted = f"{prefix}.{shown}" if prefix else shown
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(names)})"
@@ -188,7 +231,7 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
         if ok:
             setattr(obj, key, converted)
         else:
-            problems.append(f"{dotted}: got {value!r}, expected {expected}")
+            problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
     return obj
 
 
@@ -226,7 +269,7 @@ def from_dict(raw: Any, source: str = "config") -> Config:
     for dotted, test, expected in _RANGES:
         value = _get(cfg, dotted)
         if not any(p.startswith(dotted + ":") for p in problems) and not test(value):
-            problems.append(f"{dotted}: got {value!r}, expected {expected}")
+            problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
     if not problems:
         problems = _cross_checks(cfg)
     if problems:
@@ -234,39 +277,81 @@ def from_dict(raw: Any, source: str = "config") -> Config:
     return cfg
 
 
-_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
 def parse_override(item: str) -> tuple[list[str], Any]:
-    """'train.lr=1e-3' -> (['train', 'lr'], 0.001); values are YAML scalars."""
+    """'train.lr=0.001' -> (['train', 'lr'], 0.001); values are YAML scalars ('1e-3' stays a string)."""
     if "=" not in item:
-        raise ConfigError(f"--set {item}: expected KEY=VALUE, for example train.lr=0.001")
+        shown = item if item.isprintable() else _show(item)  # one line, whatever was typed
+        raise ConfigError(f"--set {shown}: expected KEY=VALUE, for example train.lr=0.001")
     key, text = item.split("=", 1)
     try:
         value = yaml.safe_load(text) if text else ""
     except yaml.YAMLError:
         value = text
-    if isinstance(value, str) and _FLOAT.fullmatch(value):  # YAML 1.1 reads 1e-3 as a string
-        value = float(value)
     return key.strip().split("."), value
+
+
+class _DuplicateKey(yaml.YAMLError):
+    """A key given twice in one YAML mapping, at `line` (from 1)."""
+
+    def __init__(self, key: Any, line: int):
+        super().__init__(f"key {key!r} is given twice in one mapping")
+        self.key, self.line = key, line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping: PyYAML keeps the last silently."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *base' may override keys
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader reports an unhashable key itself
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: str | Path) -> Any:
+    """The YAML document in `path`; every way of failing is a one-line ConfigError naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#04x})") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{path}:{exc.line}: {exc}; delete one of them") from None
+    except yaml.YAMLError as exc:
+        mark, where = getattr(exc, "problem_mark", None), ""
+        if mark is not None:
+            where = f":{mark.line + 1}"
+        elif getattr(exc, "position", None) is not None:  # a ReaderError: a character YAML refuses
+            line = text.count("\n", 0, exc.position) + 1
+            where = f":{line}"
+        reason = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        raise ConfigError(f"{path}{where}: not valid YAML ({reason})") from None
+    except RecursionError:  # thousands of nested brackets
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
+    except ValueError as exc:  # an integer of over 4,300 digits
+        raise ConfigError(f"{path}: not valid YAML ({str(exc)[:100]})") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple = ()) -> Config:
     """Read a YAML config (or start from defaults), apply --set overrides, validate."""
-    raw: dict[str, Any] = {}
+    raw: Any = {}
     source = "config"
     if path is not None:
         source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f":{mark.line + 1}" if mark else ""
-            raise ConfigError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raw = _read_yaml(path)
+        if raw is None:  # an empty file: all defaults
+            raw = {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
     for item in overrides:

@@ -1,8 +1,9 @@
-"""Where and in what precision training runs: device choice, autocast, CPU settings.
+"""Where and in what precision a model runs: device choice, autocast, CPU settings.
 
 train.device: auto | cpu | cuda       auto takes the GPU when torch sees one
 train.precision: fp32 | bf16 | fp16   bf16/fp16 autocast the forward pass;
                                       fp16 (GPU only) scales the loss against underflow
+decode.precision, and translate / evaluate --device / --precision: the same for translating
 """
 
 from __future__ import annotations
@@ -21,18 +22,18 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device of `train.device`; a clear error when CUDA is asked for but absent."""
+def resolve_device(name: str, setting: str = "train.device") -> torch.device:
+    """The torch device of `name`; a clear error, naming `setting`, when CUDA is asked for but absent."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device is 'cuda' but this torch sees no CUDA GPU; use 'auto' or 'cpu'")
+        raise ValueError(f"{setting} is 'cuda' but this torch sees no CUDA GPU; use 'auto' or 'cpu'")
     return torch.device(name)
 
 
-def check_precision(device: torch.device, precision: str) -> None:
+def check_precision(device: torch.device, precision: str, setting: str = "train.precision") -> None:
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError("train.precision fp16 needs a CUDA GPU; on a CPU use bf16 or fp32")
+        raise ValueError(f"{setting} fp16 needs a CUDA GPU; on a CPU use bf16 or fp32")
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:

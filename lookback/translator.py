@@ -17,6 +17,7 @@ from torch import Tensor
 from .batch import pad
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import Config, DecodeConfig, from_dict
+from .device import autocast, check_precision
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, translate_batch
 from .tokenizer import Tokenizer, load_tokenizers
@@ -43,6 +44,7 @@ class Translator:
         config: Config | None = None,
         max_src_len: int = 250,
         device: str | torch.device = "cpu",
+        precision: str | None = None,
     ):
         self.config = config  # the run's resolved config, when loaded from a run directory
         self.model = model.to(device).eval()
@@ -50,10 +52,16 @@ class Translator:
         self.decode = decode
         self.max_src_len = max_src_len  # longer inputs are cut, so one sentence cannot exhaust memory
         self.device = torch.device(device)
+        self.precision = precision or decode.precision  # fp32 | bf16 | fp16: autocast of the search
+        check_precision(self.device, self.precision, "precision")
 
     @classmethod
     def load(
-        cls, run_dir: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"
+        cls,
+        run_dir: str | Path,
+        checkpoint: str = "best",
+        device: str | torch.device = "cpu",
+        precision: str | None = None,
     ) -> Translator:
         """Rebuild model, tokenizers and decoding settings from a run directory."""
         run_dir = Path(run_dir)
@@ -69,7 +77,7 @@ class Translator:
         except RuntimeError as exc:
             reason = str(exc).splitlines()[0][:200]
             raise CheckpointError(f"{path}: weights do not fit the model of its config ({reason})") from None
-        return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device)
+        return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
 
     def translate(
         self, sentences: list[str], beam: int | None = None, length_penalty: float | None = None
@@ -97,15 +105,16 @@ class Translator:
         for start in range(0, len(order), self.decode.batch_size):
             chunk = order[start : start + self.decode.batch_size]  # similar lengths together
             src, src_len = pad([ids[i] for i in chunk])
-            hyps = translate_batch(
-                self.model,
-                src.to(self.device),
-                src_len.to(self.device),
-                beam,
-                nbest,
-                alpha,
-                self.decode.max_ratio,
-            )
+            with autocast(self.device, self.precision):
+                hyps = translate_batch(
+                    self.model,
+                    src.to(self.device),
+                    src_len.to(self.device),
+                    beam,
+                    nbest,
+                    alpha,
+                    self.decode.max_ratio,
+                )
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
         return results

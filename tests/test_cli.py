@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 
 from lookback.cli import main
@@ -43,6 +44,29 @@ def test_translate_nbest_prints_index_score_text(run, monkeypatch, capsys):
     assert len(rows) == 3 and {r[0] for r in rows} == {"0"}
     scores = [float(r[1]) for r in rows]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_translate_says_its_device_and_precision_and_bf16_translates(run, monkeypatch, capsys):
+    text = "the dog runs .\na small cat sleeps .\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["translate", str(run[0]), "--beam", "1", "--device", "cpu"]) == 0
+    out = capsys.readouterr()
+    assert "device: cpu (" in out.err and "precision: fp32" in out.err
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["translate", str(run[0]), "--beam", "1", "--precision", "bf16"]) == 0
+    bf16 = capsys.readouterr()
+    assert "precision: bf16" in bf16.err
+    assert len(bf16.out.splitlines()) == 2 and all(bf16.out.splitlines())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
+def test_translate_on_a_missing_gpu_or_fp16_on_cpu_is_one_line(run, capsys):
+    assert main(["translate", str(run[0]), "--device", "cuda"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "lookback: error: --device is 'cuda' but this torch sees no CUDA GPU; use 'auto' or 'cpu'"
+    ]
+    assert main(["evaluate", str(run[0]), "--precision", "fp16"]) == 2
+    assert "fp16 needs a CUDA GPU" in capsys.readouterr().err
 
 
 def test_evaluate_prints_bleu_with_signature_and_json(run, capsys):
