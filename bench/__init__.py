@@ -1,5 +1,6 @@
 """The benchmark harness: lookback against its peer, Joey NMT, on one fixed configuration.
 
-Run it as `python -m bench` (bench/README.md). Kept apart from the tests
-and from the package: nothing in lookback imports it.
+Run it as `python -m bench` (bench/README.md). Kept apart from the
+package: nothing in lookback imports it. `python -m bench.loadtest` is the
+explorer's load test, which tests/test_load.py also runs.
 """

@@ -4,14 +4,16 @@ A checkpoint holds the model and optimiser state, the training progress and
 RNG state (so a run resumes exactly), and the resolved config (so a model
 rebuilds from the file alone). Writing goes to a temporary file that is
 fsynced and renamed over the old one: a run killed mid-write leaves the
-previous checkpoint intact. Loading uses `torch.load(weights_only=True)`,
-which accepts tensors and plain containers only.
+previous checkpoint intact. Loading checks every member of the zip archive
+against its CRC-32, then uses `torch.load(weights_only=True)`, which builds
+tensors and plain containers only and refuses every other object unbuilt.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -44,15 +46,64 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
         os.close(dir_fd)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _check_archive(path: Path) -> None:
+    """Raise CheckpointError unless `path` is a whole zip archive whose every member matches its CRC-32.
+
+    torch.save writes a zip with a CRC-32 per member, but torch.load does not check them: a
+    flipped bit inside the weights would load as a silently different model.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()  # reads every member, checking its CRC-32
+    except Exception as exc:  # zipfile fails in many ways on damaged bytes; all mean the same here
+        raise CheckpointError(
+            f"{path}: not a readable lookback checkpoint (truncated, or not a torch.save archive: "
+            f"{_first_line(exc)})"
+        ) from None
+    if damaged:
+        raise CheckpointError(
+            f"{path}: not a readable lookback checkpoint (damaged: {damaged} fails its CRC-32 check)"
+        )
+
+
+def _refusal(exc: pickle.UnpicklingError) -> str:
+    """Why the restricted unpickler refused a file, in one line."""
+    asked = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    if asked:
+        return (
+            f"it asks for the Python object {asked[1]}, and a checkpoint holds only tensors and plain "
+            f"data (building other objects could run code)"
+        )
+    return f"not a checkpoint pickle ({_first_line(exc)})"
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by `save_checkpoint`; never runs code from the file."""
+    """Read a checkpoint written by `save_checkpoint`; never runs code from the file.
+
+    Three checks, in order: the file is a whole zip archive whose members match their CRC-32
+    (a truncated or damaged copy fails here); `torch.load(weights_only=True)` builds tensors
+    and plain containers only, and refuses any other object before building it (a crafted
+    pickle that would run code fails here, without running it); the result is shaped like
+    ours (a config mapping and a model dict of named tensors).
+    """
+    path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
+    _check_archive(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable lookback checkpoint ({first[:200]})") from None
-    if not isinstance(state, dict) or "model" not in state or "config" not in state:
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path}: refused to load: {_refusal(exc)}") from None
+    except Exception as exc:  # a damaged archive that passed its checksums: all mean the same here
+        raise CheckpointError(f"{path}: not a readable lookback checkpoint ({_first_line(exc)})") from None
+    model = state.get("model") if isinstance(state, dict) else None
+    if not isinstance(model, dict) or not isinstance(state.get("config"), dict):
         raise CheckpointError(f"{path}: not a lookback checkpoint (no model or config inside)")
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
+        raise CheckpointError(f"{path}: not a lookback checkpoint (its model is not a dict of named tensors)")
     return state

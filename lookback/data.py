@@ -18,9 +18,12 @@ A corpus is named by a spec string (the `data.train`, `data.valid` and
   2, ... (no randomness, so a training mix of lengths is reproducible); the
   tail too short for the next size is dropped.
 
-Pairs with an empty side are skipped with a warning. Every other problem
-(missing or empty file, bad UTF-8, files of different lengths) is a
-`DataError` whose message is one line naming the file.
+Two kinds of pair are skipped, each with a warning that counts them: pairs
+with an empty side (blank lines included), and pairs with a side over
+MAX_CHARS characters (a whole document on one line, or a file that is not
+text). Every other problem (missing or empty file, bad UTF-8, a TSV line
+without exactly two columns, files of different lengths) is a `DataError`
+whose message is one line naming the file, and the line where there is one.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import re
 import shutil
 import tempfile
 import urllib.request
+import zlib
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -42,6 +46,7 @@ MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{n
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr")
 MULTI30K_LANGS = ("en", "fr", "de")
 _SUMS_FILE = Path(__file__).with_name("multi30k.sha256")
+MAX_CHARS = 10_000  # a side longer than this is not a sentence: the pair is skipped
 _CONCAT = re.compile(r"concat:([0-9]+)(?:-([0-9]+))?:(.+)")  # concat:K:SPEC or concat:LO-HI:SPEC
 
 # SHA-256 of files already hashed, keyed by (path, mtime, size): a changed file is hashed again.
@@ -74,7 +79,7 @@ def read_lines(path: Path) -> list[str]:
                 lines.append(line.removesuffix("\n").removesuffix("\r"))
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; EOFError: truncated gzip
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: truncated
         raise DataError(f"{path}: cannot read ({exc})") from None
     if not lines:
         raise DataError(f"{path}: file is empty")
@@ -82,10 +87,13 @@ def read_lines(path: Path) -> list[str]:
 
 
 def read_tsv(path: Path) -> tuple[list[str], list[str]]:
-    """(sources, targets) from a file of ``src<TAB>tgt`` lines, plain or ``.gz``."""
+    """(sources, targets) from a file of ``src<TAB>tgt`` lines, plain or ``.gz``.
+
+    A blank line is an empty pair (which `read_parallel` skips), not a missing column.
+    """
     src, tgt = [], []
     for lineno, line in enumerate(read_lines(path), start=1):
-        columns = line.split("\t")
+        columns = line.split("\t") if line.strip() else ["", ""]
         if len(columns) != 2:
             raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns, found {len(columns)}")
         src.append(columns[0])
@@ -192,13 +200,24 @@ def _prefix_path(prefix: str, lang: str) -> Path:
     return gzipped
 
 
-def _drop_empty_pairs(src: list[str], tgt: list[str], where: str) -> tuple[list[str], list[str]]:
-    """Skip pairs with an empty side: there is nothing to translate from, or nothing to learn."""
-    kept = [(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()]
-    if len(kept) < len(src):
-        logger.warning("skipped %d pairs with an empty side in %s", len(src) - len(kept), where)
+def _drop_bad_pairs(src: list[str], tgt: list[str], where: str) -> tuple[list[str], list[str]]:
+    """Skip the pairs that are not sentence pairs, with a warning that counts each kind.
+
+    An empty side leaves nothing to translate from, or nothing to learn; a side over
+    MAX_CHARS characters is a document or a file that is not text, not a sentence.
+    """
+    pairs = [(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()]
+    empty = len(src) - len(pairs)
+    kept = [(s, t) for s, t in pairs if len(s) <= MAX_CHARS and len(t) <= MAX_CHARS]
+    if empty:
+        logger.warning("skipped %d pairs with an empty side in %s", empty, where)
+    if len(kept) < len(pairs):
+        too_long = len(pairs) - len(kept)
+        logger.warning("skipped %d pairs with a side over %d characters in %s", too_long, MAX_CHARS, where)
     if not kept:
-        raise DataError(f"{where}: no sentence pairs with text on both sides")
+        raise DataError(
+            f"{where}: no sentence pairs with text on both sides (of at most {MAX_CHARS} characters)"
+        )
     return [s for s, _ in kept], [t for _, t in kept]
 
 
@@ -249,7 +268,7 @@ def read_parallel(
         multi30k: the configured Multi30k folder (`data.multi30k_dir`), if any.
 
     Returns:
-        (source sentences, target sentences), aligned, without empty pairs.
+        (source sentences, target sentences), aligned, without empty or over-long pairs.
     """
     if spec.startswith("concat:"):
         k_lo, k_hi, inner = _parse_concat(spec)
@@ -262,10 +281,10 @@ def read_parallel(
         src_path, tgt_path = multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], directory)
     elif spec.endswith((".tsv", ".tsv.gz")):
         src, tgt = read_tsv(Path(spec))
-        return _drop_empty_pairs(src, tgt, spec)
+        return _drop_bad_pairs(src, tgt, spec)
     else:
         src_path, tgt_path = _prefix_path(spec, src_lang), _prefix_path(spec, tgt_lang)
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
-    return _drop_empty_pairs(src, tgt, f"{src_path} / {tgt_path}")
+    return _drop_bad_pairs(src, tgt, f"{src_path} / {tgt_path}")

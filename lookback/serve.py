@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
@@ -159,9 +160,11 @@ def load_model(name: str, run_dir: Path, checkpoint: str) -> Loaded:
 
 
 class BodyLimit:
-    """Answer 413 to a request body over `limit` bytes, by its Content-Length or as it streams in.
+    """Answer 413 to a request body over `limit` bytes, and 422 to one that is not UTF-8.
 
-    The body is read here (at most `limit` bytes) and handed on to the app in one piece.
+    The size is checked by Content-Length or as the body streams in. JSON is UTF-8 (RFC 8259);
+    FastAPI would answer other bytes with a 400. The body is read here (at most `limit` bytes)
+    and handed on to the app in one piece.
     """
 
     def __init__(self, app, limit: int = MAX_BODY):
@@ -184,6 +187,15 @@ class BodyLimit:
             more = message.get("more_body", False)
             if len(body) > self.limit:  # no Content-Length, or a false one
                 return await self._too_large(scope, receive, send)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = {
+                "type": "json_invalid",
+                "loc": ["body", exc.start],
+                "msg": "JSON decode error: not UTF-8",
+            }
+            return await JSONResponse({"detail": [problem]}, 422)(scope, receive, send)
         sent = False
 
         async def replay():
@@ -205,6 +217,11 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def _json_safe(x: str | int) -> str | int:
+    """`x` with lone surrogates escaped, which JSON cannot carry."""
+    return x.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(x, str) else x
+
+
 def create_app(run_dirs: list[str], checkpoint: str = "best", max_chars: int = 500) -> FastAPI:
     """The explorer's app, with every model of `run_dirs` loaded (`NAME=DIR` names one)."""
     if max_chars < 1:
@@ -216,6 +233,19 @@ def create_app(run_dirs: list[str], checkpoint: str = "best", max_chars: int = 5
         version="0.1.0",
     )
     app.add_middleware(BodyLimit, limit=MAX_BODY)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 with each problem's type, place and message, without echoing the input.
+
+        Echoed back, the input could be large, or hold what JSON cannot carry (NaN, 1e400, lone
+        surrogates), which would turn the answer into a 500.
+        """
+        detail = [
+            {"type": e["type"], "loc": [_json_safe(x) for x in e["loc"]], "msg": _json_safe(e["msg"])}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": detail}, 422)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -233,6 +263,8 @@ def create_app(run_dirs: list[str], checkpoint: str = "best", max_chars: int = 5
             raise HTTPException(422, "text is empty: type a sentence to translate")
         if len(text) > max_chars:
             raise HTTPException(422, f"text is {len(text)} characters long; the limit is {max_chars}")
+        if _json_safe(text) != text:  # "\ud800" in the JSON: no character, and no JSON answer could hold it
+            raise HTTPException(422, "text is not valid Unicode: it holds a lone surrogate")
 
     def locked(m: Loaded, fn):
         """Run fn(translator) under the model's lock; its ValueError becomes a 422."""

@@ -7,13 +7,16 @@ punctuation, and every word outside the most frequent ones becomes <unk>,
 which shows why subwords are used.
 
 Both share the special ids PAD, UNK, BOS and EOS below. `encode` adds no BOS
-or EOS; the model adds them where it needs them.
+or EOS; the model adds them where it needs them. `encode` takes any Python
+string (a lone surrogate, which undecodable input bytes become, is read as
+U+FFFD); `decode` takes ids in [0, vocab_size) and raises ValueError for others.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable
@@ -29,6 +32,7 @@ logger = logging.getLogger(__name__)
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")  # pieces of ids 0..3
 _MOSES_SPLIT = {"escape": False, "aggressive_dash_splits": False}  # keep "&", "'" and "-" as text
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Tokenizer(ABC):
@@ -57,9 +61,22 @@ class Tokenizer(ABC):
         return [self.id_to_piece(int(i)) for i in ids]
 
 
-def _content(ids: Iterable[int]) -> list[int]:
-    """`ids` as ints without PAD, BOS and EOS (ids may be a tensor)."""
-    return [int(i) for i in ids if int(i) not in (PAD, BOS, EOS)]
+def _unicode(text: str) -> str:
+    """`text` with each lone surrogate as U+FFFD: SentencePiece cannot take them, nor can JSON."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def _content(ids: Iterable[int], vocab_size: int) -> list[int]:
+    """`ids` as ints without PAD, BOS and EOS (ids may be a tensor); ValueError if one is out of range."""
+    ids = [int(i) for i in ids]
+    bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad} is out of range: the vocabulary has ids 0 to {vocab_size - 1}")
+    return [i for i in ids if i not in (PAD, BOS, EOS)]
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -75,10 +92,10 @@ class SentencePieceTokenizer(Tokenizer):
         self.vocab_size = self.sp.get_piece_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.sp.encode(text, out_type=int)
+        return self.sp.encode(_unicode(text), out_type=int)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self.sp.decode(_content(ids))
+        return self.sp.decode(_content(ids, self.vocab_size))
 
     def id_to_piece(self, i: int) -> str:
         return self.sp.id_to_piece(i)
@@ -107,10 +124,10 @@ class WordTokenizer(Tokenizer):
         return self._moses.tokenize(text, **_MOSES_SPLIT)
 
     def encode(self, text: str) -> list[int]:
-        return [self.ids.get(w, UNK) for w in self.split(text)]
+        return [self.ids.get(w, UNK) for w in self.split(_unicode(text))]
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self._detok.detokenize([self.vocab[i] for i in _content(ids)])
+        return self._detok.detokenize([self.vocab[i] for i in _content(ids, self.vocab_size)])
 
     def id_to_piece(self, i: int) -> str:
         return self.vocab[i]

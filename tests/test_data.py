@@ -7,11 +7,14 @@ import logging
 import os
 import re
 import shutil
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lookback import data
 from lookback.data import DataError, concat_pairs, multi30k_dir, multi30k_paths, read_lines, read_parallel
@@ -272,3 +275,138 @@ def test_concat_multi30k() -> None:
     assert long_src[1] == " ".join(src[3:6]) and long_tgt[-1] == " ".join(tgt[996:999])
     mixed, _ = read_parallel("concat:1-4:multi30k:test_2016_flickr", "en", "fr", multi30k=str(folder))
     assert len(mixed) == 400 and mixed[3] == " ".join(src[6:10])  # 1000 = 100 cycles of 1+2+3+4
+
+
+def test_corrupt_gzip_is_a_data_error(tmp_path: Path) -> None:
+    """A gzip header over a damaged stream: zlib's own error must not escape."""
+    damaged = bytearray(gzip.compress(b"a man\n" * 200))
+    damaged[15:25] = b"\xff" * 10
+    path = tmp_path / "c.en.gz"
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: cannot read \(.*decompressing"):
+        read_lines(path)
+
+
+def test_tsv_blank_lines_are_skipped_with_a_count(tmp_path: Path, caplog) -> None:
+    path = write(tmp_path / "c.tsv", "a man\tun homme\n\n   \na dog\tun chien\n")
+    with caplog.at_level(logging.WARNING, logger="lookback.data"):
+        assert read_parallel(str(path), "en", "fr") == (["a man", "a dog"], ["un homme", "un chien"])
+    assert f"skipped 2 pairs with an empty side in {path}" in caplog.text
+
+
+@pytest.mark.parametrize("form", ["prefix", "tsv"])
+def test_over_long_lines_are_skipped_with_a_count(tmp_path: Path, caplog, form: str) -> None:
+    long = "word " * (data.MAX_CHARS // 5 + 1)  # just over the limit
+    pairs = [("a man", "un homme"), (long, "court"), ("a dog", long), ("a cat", "un chat")]
+    if form == "tsv":
+        spec = str(write(tmp_path / "c.tsv", "".join(f"{s}\t{t}\n" for s, t in pairs)))
+    else:
+        write(tmp_path / "c.en", "".join(s + "\n" for s, _ in pairs))
+        write(tmp_path / "c.fr", "".join(t + "\n" for _, t in pairs))
+        spec = str(tmp_path / "c")
+    with caplog.at_level(logging.WARNING, logger="lookback.data"):
+        src, tgt = read_parallel(spec, "en", "fr")
+    assert (src, tgt) == (["a man", "a cat"], ["un homme", "un chat"])
+    assert f"skipped 2 pairs with a side over {data.MAX_CHARS} characters" in caplog.text
+    at_limit = "x" * data.MAX_CHARS
+    path = write(tmp_path / "limit.tsv", f"{at_limit}\tX\n")
+    assert read_parallel(str(path), "en", "fr") == ([at_limit], ["X"])  # the limit itself is kept
+
+
+# Every data problem through the CLI: one line naming the file (and line), exit 2; --debug: the traceback.
+
+
+def _bad_corpora(tmp: Path) -> dict[str, tuple[str, str]]:
+    """name -> (data.train spec, the expected error line after 'lookback: error: ')."""
+    write(tmp / "short.en", "one\ntwo\nthree\n")
+    write(tmp / "short.fr", "un\ndeux\n")
+    (tmp / "latin1.en").write_bytes(b"a man\ncaf\xe9\n")
+    write(tmp / "latin1.fr", "un homme\ncafé\n")
+    write(tmp / "empty.en", "")
+    write(tmp / "empty.fr", "")
+    write(tmp / "blank.en", "\n \n")
+    write(tmp / "blank.fr", "x\n\n")
+    write(tmp / "cols.tsv", "a man\tun homme\na dog\n")
+    (tmp / "notgz.en.gz").write_bytes(b"not gzip\n")
+    write(tmp / "notgz.fr", "x\n")
+    (tmp / "adir.en").mkdir()
+    write(tmp / "adir.fr", "x\n")
+    return {
+        "missing file": (str(tmp / "nope"), f"{tmp / 'nope.en'}: no such file"),
+        "empty file": (str(tmp / "empty"), f"{tmp / 'empty.en'}: file is empty"),
+        "invalid UTF-8": (
+            str(tmp / "latin1"),
+            f"{tmp / 'latin1.en'}:2: invalid UTF-8 (byte 0xe9 at column 4); the corpus must be UTF-8 text",
+        ),
+        "line counts": (str(tmp / "short"), f"{tmp / 'short.en'} has 3 lines but {tmp / 'short.fr'} has 2"),
+        "TSV columns": (
+            str(tmp / "cols.tsv"),
+            f"{tmp / 'cols.tsv'}:2: expected 2 tab-separated columns, found 1",
+        ),
+        "only empty lines": (
+            str(tmp / "blank"),
+            f"{tmp / 'blank.en'} / {tmp / 'blank.fr'}: no sentence pairs with text on both sides "
+            f"(of at most {data.MAX_CHARS} characters)",
+        ),
+        "not gzip": (str(tmp / "notgz"), f"{tmp / 'notgz.en.gz'}: cannot read (Not a gzipped file (b'no'))"),
+        "a directory": (str(tmp / "adir"), f"{tmp / 'adir.en'}: cannot read ([Errno 21] Is a directory: "),
+    }
+
+
+CASES = [
+    "missing file",
+    "empty file",
+    "invalid UTF-8",
+    "line counts",
+    "TSV columns",
+    "only empty lines",
+    "not gzip",
+    "a directory",
+]
+
+
+def _train_config(tmp: Path, spec: str) -> Path:
+    from .conftest import tiny_train_config
+
+    raw = tiny_train_config(tmp / "cfg", data={"train": spec})
+    path = tmp / "bad_data.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cli_data_errors_are_one_line(tmp_path: Path, capsys, case: str) -> None:
+    from lookback.cli import main
+
+    spec, expected = _bad_corpora(tmp_path)[case]
+    config = _train_config(tmp_path, spec)
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("lookback: error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"lookback: error: {expected}")
+    assert "Traceback" not in err
+    with pytest.raises(DataError):  # --debug lets the exception, and so its traceback, through
+        main(["--debug", "train", str(config)])
+
+
+def test_cli_data_error_in_a_real_process(tmp_path: Path) -> None:
+    """The entry point in its own process: the one line on stderr, no traceback, status 2."""
+    spec, expected = _bad_corpora(tmp_path)["invalid UTF-8"]
+    config = _train_config(tmp_path, spec)
+    cmd = [sys.executable, "-m", "lookback", "train", str(config)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == f"lookback: error: {expected}"
+
+
+def test_training_pairs_over_max_len_tokens_are_skipped_with_a_count(caplog) -> None:
+    """The token-length limit of training (data.max_len), applied after the tokenizers."""
+    from lookback.tokenizer import WordTokenizer
+    from lookback.train import encode_corpus
+
+    tok = WordTokenizer("en", ["a", "b"])
+    src = ["a b", "a b a b a", "\x07", "b"]  # fits, 5 tokens, no tokens at all, fits
+    with caplog.at_level(logging.INFO, logger="lookback.train"):
+        corpus = encode_corpus(src, list(src), tok, tok, max_len=3)
+    assert corpus.src == ["a b", "b"] and len(corpus.pairs) == 2
+    assert "skipped 2 of 4 pairs" in caplog.text

@@ -127,7 +127,24 @@ def test_text_over_max_chars_is_a_422_that_names_the_limit(client):
     assert response.json()["detail"] == "text is 80 characters long; the limit is 60"
 
 
-@pytest.mark.parametrize("name", ["x", "../../etc/passwd", "/etc/passwd", "none/../attn"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x",
+        "../../etc/passwd",
+        "/etc/passwd",
+        "none/../attn",
+        "../x",
+        "..",
+        "%2e%2e",
+        "%2e%2e%2fnone",
+        "",
+        "~",
+        "none\x00",
+        "C:\\Windows\\win.ini",
+        "file:///etc/passwd",
+    ],
+)
 def test_unknown_models_are_a_404_without_paths(client, runs, name):
     for response in (
         translate(client, models=["attn", name]),
@@ -136,6 +153,55 @@ def test_unknown_models_are_a_404_without_paths(client, runs, name):
         assert response.status_code == 404
         assert response.json() == {"detail": f"unknown model {name!r}; loaded: none, attn"}
         assert str(runs["none"].parent.parent) not in response.text
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/api/translate", b'{"text": "a dog", "beam": 1e400}'),
+        ("/api/translate", b'{"text": "a dog", "beam": NaN}'),
+        ("/api/translate", b'{"text": "a dog", "nbest": -Infinity}'),
+        ("/api/translate", b'{"text": "a dog", "beam": "\\ud800"}'),
+        ("/api/translate", b'{"text": "a \\ud800 dog"}'),
+        ("/api/translate", b'{"text": "a dog", "models": [1e400]}'),
+        ("/api/explain", b'{"model": "attn", "text": "a dog", "hypothesis": NaN}'),
+        ("/api/explain", b'{"model": "attn", "text": "\\udfff"}'),
+        ("/api/explain", b'{"model": 1e400, "text": "a dog"}'),
+        ("/api/translate", b"null"),
+        ("/api/translate", b"[]"),
+        ("/api/explain", b'"a dog"'),
+        ("/api/translate", b"\xff\xfe{"),
+        ("/api/explain", b'{"model": "attn", "text": "caf\xe9"}'),
+        ("/api/translate", b""),
+    ],
+)
+def test_bodies_that_json_cannot_echo_are_a_422_not_a_500(client, path, body):
+    """Malformed or unrepresentable JSON: a 422 that says why, without echoing the input back
+    (NaN, 1e400 and lone surrogates cannot be written as JSON, and would turn into a 500)."""
+    response = client.post(path, content=body, headers=JSON)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"]
+
+
+def test_a_model_name_that_json_cannot_echo_is_a_404(client):
+    for path, body in (
+        ("/api/translate", b'{"text": "a dog", "models": ["\\ud800"]}'),
+        ("/api/explain", b'{"model": "\\ud800/..", "text": "a dog"}'),
+    ):
+        response = client.post(path, content=body, headers=JSON)
+        assert response.status_code == 404 and response.json()["detail"].startswith("unknown model")
+
+
+def test_serve_binds_loopback_unless_told(runs, monkeypatch):
+    import uvicorn
+
+    from lookback.cli import main
+
+    hosts = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: hosts.append(host))
+    assert main(["serve", str(runs["none"]), "--port", "0"]) == 0
+    assert main(["serve", str(runs["none"]), "--port", "0", "--host", "0.0.0.0"]) == 0
+    assert hosts == ["127.0.0.1", "0.0.0.0"]
 
 
 def test_bad_requests_are_a_422(client):
