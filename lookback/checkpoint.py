@@ -26,8 +26,13 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, truncated, corrupt or not ours; one line."""
 
 
-def save_checkpoint(state: dict[str, Any], path: Path) -> None:
-    """Write `state` to `path` atomically: temporary file, fsync, rename."""
+def save_checkpoint(state: dict[str, Any], path: Path, previous: Path | None = None) -> None:
+    """Write `state` to `path` atomically: temporary file, fsync, rename.
+
+    With `previous`, the checkpoint that `path` held is kept there (renamed,
+    once the new one is safely on disk): a fallback should the new file ever
+    turn out unreadable. At every moment one of the two is a whole checkpoint.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -35,6 +40,8 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        if previous is not None and path.exists():
+            os.replace(path, previous)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -107,3 +114,17 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
         raise CheckpointError(f"{path}: not a lookback checkpoint (its model is not a dict of named tensors)")
     return state
+
+
+def load_latest(paths: list[Path]) -> tuple[dict[str, Any], Path, list[str]]:
+    """The first of `paths` that loads, newest first; and why each one before it did not.
+
+    Raises CheckpointError, naming every file tried, when none loads.
+    """
+    problems = []
+    for path in paths:
+        try:
+            return load_checkpoint(path), path, problems
+        except CheckpointError as exc:
+            problems.append(str(exc))
+    raise CheckpointError("; ".join(problems) or "no checkpoint to load")

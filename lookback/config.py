@@ -72,6 +72,7 @@ class TrainConfig:
     seed: int = 1  # seeds initialisation, dropout and batch order
     max_tokens: int = 2000  # batch size in target tokens (padding included)
     accumulate: int = 1  # batches summed into one update, per process: a bigger batch, same memory
+    nonfinite: Literal["skip", "stop"] = "skip"  # a NaN/inf loss: skip the update (counted), or stop
     max_steps: int = 0  # stop after this many updates (0: no limit)
     max_epochs: int = 30  # stop after this many passes over the data
     time_limit: float = 0.0  # stop after this many minutes of training (0: no limit)

@@ -20,6 +20,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +35,7 @@ from tqdm import tqdm
 
 from . import distributed
 from .batch import Batch, collate, token_batches
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import load_latest, save_checkpoint
 from .config import Config, save_config
 from .data import read_parallel
 from .device import autocast, check_precision, describe, resolve_device
@@ -53,6 +58,7 @@ class Progress:
     bad_validations: int = 0  # validations since the best, for early stopping
     seconds: float = 0.0  # training time so far, across resumes
     done: bool = False  # a stopping rule has fired
+    skipped: int = 0  # updates skipped for a NaN or infinite loss (train.nonfinite: skip)
 
 
 @dataclass
@@ -89,19 +95,52 @@ def set_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
+class RunDirError(ValueError):
+    """The run directory cannot be written, or lacks the room for its checkpoints; one line."""
+
+
+class NonFiniteLoss(ValueError):
+    """A NaN or infinite loss with train.nonfinite: stop; one line."""
+
+
+def check_writable(run_dir: Path) -> None:
+    """Create run_dir and write, fsync and delete a file in it: fail before any work, not after."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-test.") as f:
+            f.write(b"lookback")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise RunDirError(f"train.run_dir {run_dir} is not writable ({exc.strerror or exc})") from None
+
+
+def check_space(run_dir: Path, checkpoint_bytes: int) -> None:
+    """Room for best.pt, last.pt, prev.pt and one temporary file, less the ones already there."""
+    files = [run_dir / f"{n}.pt" for n in ("best", "last", "prev")]
+    needed = checkpoint_bytes * (4 - sum(f.exists() for f in files))
+    free = shutil.disk_usage(run_dir).free
+    if free < needed:
+        raise RunDirError(
+            f"train.run_dir {run_dir}: {free / 1e6:,.0f} MB free, but its checkpoints need about "
+            f"{needed / 1e6:,.0f} MB (each ~{checkpoint_bytes / 1e6:,.0f} MB); free some space or "
+            f"choose another train.run_dir"
+        )
+
+
 class Trainer:
     def __init__(self, cfg: Config, resume: bool = False):
         self.cfg = cfg
         self.run_dir = Path(cfg.train.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        check_writable(self.run_dir)
         set_threads(cfg.train.threads)
         self.device = resolve_device(cfg.train.device)
         check_precision(self.device, cfg.train.precision)
         self.device = distributed.init(self.device)  # under torchrun: join the others; cuda:LOCAL_RANK
         self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.progress = Progress()
-        last = self.run_dir / "last.pt"
-        if resume and not last.exists():
+        last, prev = self.run_dir / "last.pt", self.run_dir / "prev.pt"
+        if resume and not (last.exists() or prev.exists()):
             raise FileNotFoundError(f"{last}: nothing to resume")
         if not resume and last.exists():
             raise FileExistsError(
@@ -111,9 +150,9 @@ class Trainer:
         # 1) data and tokenizers (trained on the training split, kept in the run directory)
         d = cfg.data
         src, tgt = read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
+        valid = read_parallel(d.valid, d.src_lang, d.tgt_lang, d.multi30k_dir)  # a bad path fails now
         self.src_tok, self.tgt_tok = self._tokenizers(src, tgt, resume)
         self.train_data = encode_corpus(src, tgt, self.src_tok, self.tgt_tok, d.max_len)
-        valid = read_parallel(d.valid, d.src_lang, d.tgt_lang, d.multi30k_dir)
         self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok)
         # 2) model, optimiser, scheduler
         torch.manual_seed(cfg.train.seed)
@@ -134,8 +173,14 @@ class Trainer:
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.train.precision == "fp16")
         self.translator = Translator(self.model, self.src_tok, self.tgt_tok, cfg.decode, device=self.device)
+        n_params = sum(x.numel() for x in self.model.parameters())
+        check_space(self.run_dir, 3 * 4 * n_params + 2**20)  # weights and Adam's two moments, in fp32
+        self._stop_signal: str | None = None  # SIGINT / SIGTERM seen: stop after this update
         if resume:
-            self._restore(load_checkpoint(last))
+            state, path, problems = load_latest([last, prev])
+            for problem in problems:
+                logger.warning("%s; resuming from %s instead", problem, path.name)
+            self._restore(state)
         elif self.main:
             save_config(cfg, self.run_dir / "config.yaml")
         self.metrics = (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") if self.main else None
@@ -177,6 +222,7 @@ class Trainer:
         start = time.perf_counter() - p.seconds
         per_step = self.world * cfg.accumulate  # planned batches in one update
         self._check_limits()  # a resumed run may already be at its limits
+        handlers = self._catch_signals()
         try:
             while not p.done:
                 batches = self._plan(lengths, p.epoch)
@@ -191,8 +237,9 @@ class Trainer:
                     p.step, p.batch = p.step + 1, first + per_step
                     # rank 0's clock, so that the time limit stops every rank at the same update
                     (p.seconds,) = distributed.broadcast([time.perf_counter() - start])
-                    window["loss"] += loss
-                    window["tokens"] += sum(b.n_tokens for b in mine)
+                    if math.isfinite(loss):  # a skipped update (train.nonfinite) is not logged
+                        window["loss"] += loss
+                        window["tokens"] += sum(b.n_tokens for b in mine)
                     bar.update()
                     if p.step % cfg.log_every == 0:
                         self._log_train(window, bar)
@@ -201,22 +248,50 @@ class Trainer:
                         self.validate()
                     if p.done:
                         break
+                    if self._stopping():  # SIGINT / SIGTERM: between updates, with a checkpoint
+                        if self.main:
+                            logger.warning(
+                                "%s at step %d: saving %s and stopping; --resume continues",
+                                self._stop_signal or "a signal",
+                                p.step,
+                                self.run_dir / "last.pt",
+                            )
+                            self.save("last")
+                        raise KeyboardInterrupt
                 else:
                     p.epoch, p.batch = p.epoch + 1, 0
                     if p.epoch >= cfg.max_epochs:
                         p.done = True
                         self.validate()
-        except KeyboardInterrupt:
-            if self.main:
-                logger.warning("interrupted at step %d; saving %s", p.step, self.run_dir / "last.pt")
-                self.save("last")
-            raise
         finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
             bar.close()
             if self.metrics:
                 self.metrics.close()
         distributed.barrier()  # no rank returns before rank 0 has written the last checkpoint
         return p
+
+    def _catch_signals(self) -> dict:
+        """SIGINT (Ctrl-C) and SIGTERM stop training after the current update, with a checkpoint;
+        a second one stops at once, without (last.pt is then the one before). Returns the old handlers.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # only the main thread receives signals
+
+        def stop(signum: int, frame: Any) -> None:
+            if self._stop_signal:
+                raise KeyboardInterrupt
+            self._stop_signal = signal.Signals(signum).name
+
+        return {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _stopping(self) -> bool:
+        """Whether any rank has been asked to stop (all of them then stop at the same update)."""
+        flag = 1.0 if self._stop_signal else 0.0
+        if self.world > 1:
+            (flag,) = distributed.all_reduce_sum([flag])
+        return flag > 0
 
     def _plan(self, lengths: list[tuple[int, int]], epoch: int) -> list[list[int]]:
         """The epoch's batches: the same on every rank, and enough of them for one update."""
@@ -252,12 +327,39 @@ class Trainer:
                     )
                 self.scaler.scale(loss / per_rank).backward()
             total += float(loss.detach())
+        self.scaler.unscale_(self.optimizer)  # the true gradients (a no-op unless fp16)
+        params = [x for x in self.model.parameters() if x.grad is not None]
         if self.cfg.train.clip:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip)
+            norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.train.clip)
+        else:
+            norm = torch.nn.utils.get_total_norm([x.grad for x in params])
+        # fp16's scaler skips overflowing steps itself; otherwise a NaN/inf is a fault. The gradient
+        # norm is the same on every rank (DDP averaged the gradients), so all ranks decide alike
+        finite = bool(torch.isfinite(norm)) and (self.world > 1 or math.isfinite(total))
+        if not finite and self.cfg.train.precision != "fp16":
+            self.optimizer.zero_grad(set_to_none=True)
+            self._nonfinite(total, float(norm))
+            return math.nan
         self.scaler.step(self.optimizer)  # skips the step if fp16 gradients overflowed
         self.scaler.update()
         return total
+
+    def _nonfinite(self, loss: float, norm: float) -> None:
+        """train.nonfinite: skip the update and count it, or stop with the last good checkpoint intact."""
+        p, what = self.progress, f"loss {loss:g}, gradient norm {norm:g}"
+        if self.cfg.train.nonfinite == "stop":
+            raise NonFiniteLoss(
+                f"update {p.step + 1} is not finite ({what}); stopped, as train.nonfinite is 'stop'; "
+                f"{self.run_dir / 'last.pt'} holds the last good checkpoint"
+            )
+        p.skipped += 1
+        if self.main:
+            logger.warning(
+                "update %d is not finite (%s): skipped, %d so far (train.nonfinite: skip)",
+                p.step + 1,
+                what,
+                p.skipped,
+            )
 
     def _check_limits(self) -> None:
         """The stopping rules; a resumed run given a larger budget goes on."""
@@ -384,7 +486,16 @@ class Trainer:
         }
 
     def save(self, name: str) -> None:
-        save_checkpoint(self.state(), self.run_dir / f"{name}.pt")
+        """best.pt or last.pt; the last.pt before is kept as prev.pt, a fallback for --resume."""
+        path = self.run_dir / f"{name}.pt"
+        previous = self.run_dir / "prev.pt" if name == "last" else None
+        try:
+            save_checkpoint(self.state(), path, previous)
+        except OSError as exc:
+            raise RunDirError(
+                f"{path}: cannot write the checkpoint ({exc.strerror or exc}); the checkpoints "
+                f"already in {self.run_dir} are untouched"
+            ) from None
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
