@@ -28,6 +28,12 @@ class ConfigError(ValueError):
     """A config problem; the message lists every problem found, one per line."""
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message (its type's name if it has none), for one-line errors."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
+
+
 @dataclass
 class DataConfig:
     src_lang: str = "en"  # source language code, the suffix of plain-text files
@@ -64,6 +70,11 @@ class ModelConfig:
     attend_from: Literal["current", "previous"] = "current"  # query s_t (Luong) or s_{t-1} (Bahdanau)
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
     tie_embeddings: bool = False  # share target embeddings with the output layer
+
+    @property
+    def enc_out_size(self) -> int:
+        """He, the size of each encoder state h_i and of the fixed context c: H x directions."""
+        return self.hidden_size * (2 if self.bidirectional else 1)
 
 
 @dataclass
@@ -246,7 +257,7 @@ def _get(cfg: Config, dotted: str) -> Any:
 def _cross_checks(cfg: Config) -> list[str]:
     """Problems that involve more than one key."""
     m, problems = cfg.model, []
-    enc_out = m.hidden_size * (2 if m.bidirectional else 1)
+    enc_out = m.enc_out_size
     if m.attention == "dot" and enc_out != m.dec_hidden_size:
         problems.append(
             f"model.attention: dot scores need s and h of one size, but the decoder has "

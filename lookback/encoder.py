@@ -48,7 +48,7 @@ class Encoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.context = cfg.context
         self.directions = 2 if cfg.bidirectional else 1
-        self.out_size = cfg.hidden_size * self.directions
+        self.out_size = cfg.enc_out_size
 
     def forward(self, src: Tensor, src_len: Tensor) -> EncoderOutput:
         """Read a padded batch src (B, S) whose true lengths are src_len (B,)."""

@@ -48,6 +48,11 @@ class Seq2Seq(nn.Module):
         return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
 
 
+def count_parameters(model: nn.Module) -> int:
+    """Numbers the model learns (a tied embedding counts once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
     """The one factory: a Seq2Seq model from `model:` and the two vocabulary sizes."""
     model = Seq2Seq(cfg, src_vocab, tgt_vocab)
