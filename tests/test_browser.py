@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from .test_serve import train_tiny
+from .helpers import train_tiny
 
 SENTENCE = "the small dog runs ."
 NO_ATTENTION = "no attention: one fixed context vector for every step"

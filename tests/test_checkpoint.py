@@ -14,7 +14,7 @@ from lookback.checkpoint import CheckpointError, load_checkpoint, save_checkpoin
 from lookback.cli import main
 from lookback.config import Config
 
-from .conftest import tiny_model
+from .helpers import tiny_model
 
 
 def _state() -> dict:

@@ -11,7 +11,7 @@ import yaml
 
 from lookback.cli import main
 
-from .conftest import tiny_train_config
+from .helpers import tiny_train_config
 
 
 @pytest.fixture(scope="module")

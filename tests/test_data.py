@@ -19,6 +19,8 @@ import yaml
 from lookback import data
 from lookback.data import DataError, concat_pairs, multi30k_dir, multi30k_paths, read_lines, read_parallel
 
+from .helpers import tiny_train_config
+
 SHARED_MULTI30K = Path("/work/shared/data/multi30k")
 
 
@@ -366,8 +368,6 @@ CASES = [
 
 
 def _train_config(tmp: Path, spec: str) -> Path:
-    from .conftest import tiny_train_config
-
     raw = tiny_train_config(tmp / "cfg", data={"train": spec})
     path = tmp / "bad_data.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")

@@ -26,7 +26,7 @@ from lookback.checkpoint import load_checkpoint
 from lookback.config import from_dict
 from lookback.train import Trainer
 
-from .conftest import tiny_train_config
+from .helpers import tiny_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 12

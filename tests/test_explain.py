@@ -12,7 +12,7 @@ from lookback.neighbours import cosine, neighbours
 from lookback.tokenizer import WordTokenizer
 from lookback.translator import Translator
 
-from .conftest import WORDS
+from .helpers import WORDS
 
 SENTENCE = "the big dog sees a small cat in the park ."
 

@@ -26,8 +26,7 @@ from lookback.tokenizer import BOS, EOS, PAD, WordTokenizer, train_tokenizers
 from lookback.train import train
 from lookback.translator import Translator
 
-from .conftest import tiny_train_config
-from .test_tokenizer import corpus, spm_config
+from .helpers import spm_config, syllable_corpus, tiny_train_config
 
 
 def _surrogate(c: str) -> bool:
@@ -44,8 +43,8 @@ TEXT = st.one_of(ANY_TEXT, LONG_TEXT, st.sampled_from(["", " ", "\n", "\t\r\n", 
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory):
-    """A SentencePiece model and a word vocabulary, trained on the made-up corpus of test_tokenizer."""
-    src, tgt = corpus()
+    """A SentencePiece model and a word vocabulary, trained on helpers' made-up syllable corpus."""
+    src, tgt = syllable_corpus()
     folder = tmp_path_factory.mktemp("fuzz_tok")
     sp, _ = train_tokenizers(spm_config(), src, tgt, "en", "fr", folder / "spm")
     word, _ = train_tokenizers(spm_config(kind="word"), src, tgt, "en", "fr", folder / "word")

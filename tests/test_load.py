@@ -16,7 +16,7 @@ from bench.loadtest import Server, run_load, still_answers
 from lookback.config import from_dict
 from lookback.train import train
 
-from .conftest import tiny_train_config, toy_pairs
+from .helpers import tiny_train_config, toy_pairs
 
 
 @pytest.fixture(scope="module")

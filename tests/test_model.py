@@ -10,7 +10,7 @@ from lookback.config import ConfigError, from_dict
 from lookback.search import greedy
 from lookback.tokenizer import BOS
 
-from .conftest import tiny_model
+from .helpers import tiny_model
 
 PAIRS = [([5, 6, 7, 8, 9], [5, 6, 7]), ([10, 11], [12, 13, 14, 15]), ([4, 5, 6], [7])]
 

@@ -24,7 +24,7 @@ from lookback.config import from_dict
 from lookback.model import Seq2Seq
 from lookback.train import RunDirError, Trainer
 
-from .conftest import tiny_train_config
+from .helpers import tiny_train_config
 
 
 def _config(tmp_path: Path, name: str, **train) -> tuple[Path, Path]:

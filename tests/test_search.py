@@ -8,7 +8,7 @@ import torch
 from lookback.batch import pad
 from lookback.search import beam_search, beam_step, greedy, length_penalty, max_lengths
 
-from .conftest import tiny_model
+from .helpers import tiny_model
 
 SRC = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
 

@@ -9,24 +9,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from lookback.config import from_dict
 from lookback.serve import MAX_BODY, create_app
-from lookback.train import train
 from lookback.translator import Translator
 
-from .conftest import tiny_train_config
+from .helpers import train_tiny
 
 JSON = {"Content-Type": "application/json"}
-
-
-def train_tiny(folder: Path, attention: str) -> Path:
-    """A tiny English -> French model of the toy lexicon, trained in seconds; returns its run directory."""
-    raw = tiny_train_config(
-        folder,
-        model={"attention": attention},
-        train={"run_dir": str(folder / attention), "max_steps": 120, "valid_every": 60},
-    )
-    return train(from_dict(raw))
 
 
 @pytest.fixture(scope="module")

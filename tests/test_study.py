@@ -9,7 +9,7 @@ from lookback.cli import main
 from lookback.config import ConfigError, from_dict
 from lookback.study import compression_rows, load_study
 
-from .conftest import tiny_train_config
+from .helpers import tiny_train_config
 
 
 @pytest.fixture

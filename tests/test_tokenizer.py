@@ -1,7 +1,6 @@
 """Tokenizers: SentencePiece (unigram, BPE, joint or separate) and Moses words."""
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -18,26 +17,13 @@ from lookback.tokenizer import (
     train_tokenizers,
 )
 
-SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "so", "vi", "pe", "da"]
-
-
-def corpus(n: int = 300, seed: int = 0) -> tuple[list[str], list[str]]:
-    """`n` pairs of made-up sentences: the target is the source reversed, with é and à."""
-    rng = random.Random(seed)
-    words = sorted({"".join(rng.choices(SYLLABLES, k=rng.randint(1, 3))) for _ in range(120)})
-    src = [" ".join(rng.choices(words, k=rng.randint(3, 9))) + " ." for _ in range(n)]
-    tgt = [s.replace("e", "é").replace("a", "à")[::-1] for s in src]
-    return src, tgt
-
-
-def spm_config(**changes) -> TokenizerConfig:
-    return TokenizerConfig(**{"kind": "sentencepiece", "vocab_size": 100, **changes})
+from .helpers import spm_config, syllable_corpus
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
 @pytest.mark.parametrize("joint", [True, False])
 def test_sentencepiece_round_trip(tmp_path: Path, model_type: str, joint: bool) -> None:
-    src, tgt = corpus()
+    src, tgt = syllable_corpus()
     cfg = spm_config(model_type=model_type, joint=joint)
     src_tok, tgt_tok = train_tokenizers(cfg, src, tgt, "en", "fr", tmp_path)
     assert isinstance(src_tok, SentencePieceTokenizer)
@@ -51,7 +37,7 @@ def test_sentencepiece_round_trip(tmp_path: Path, model_type: str, joint: bool) 
 
 
 def test_sentencepiece_files(tmp_path: Path) -> None:
-    src, tgt = corpus()
+    src, tgt = syllable_corpus()
     train_tokenizers(spm_config(joint=True), src, tgt, "en", "fr", tmp_path / "joint")
     manifest = json.loads((tmp_path / "joint" / "tokenizer.json").read_text())
     assert manifest == {
@@ -67,7 +53,7 @@ def test_sentencepiece_files(tmp_path: Path) -> None:
 
 
 def test_sentencepiece_special_ids(tmp_path: Path) -> None:
-    src, tgt = corpus()
+    src, tgt = syllable_corpus()
     tok, _ = train_tokenizers(spm_config(), src, tgt, "en", "fr", tmp_path)
     specials = ["<pad>", "<unk>", "<s>", "</s>"]
     assert [tok.id_to_piece(i) for i in (PAD, UNK, BOS, EOS)] == specials
@@ -80,7 +66,7 @@ def test_sentencepiece_special_ids(tmp_path: Path) -> None:
 
 
 def test_sentencepiece_save_load(tmp_path: Path) -> None:
-    src, tgt = corpus()
+    src, tgt = syllable_corpus()
     trained = train_tokenizers(spm_config(joint=False), src, tgt, "en", "fr", tmp_path)
     loaded = load_tokenizers(tmp_path)
     for before, after, text in zip(trained, loaded, [src[5], tgt[5]], strict=True):
@@ -90,7 +76,7 @@ def test_sentencepiece_save_load(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
 def test_sentencepiece_training_is_deterministic(tmp_path: Path, model_type: str) -> None:
-    src, tgt = corpus(seed=1)
+    src, tgt = syllable_corpus(seed=1)
     cfg = spm_config(model_type=model_type)
     first, _ = train_tokenizers(cfg, src, tgt, "en", "fr", tmp_path / "a")
     second, _ = train_tokenizers(cfg, src, tgt, "en", "fr", tmp_path / "b")
@@ -99,7 +85,7 @@ def test_sentencepiece_training_is_deterministic(tmp_path: Path, model_type: str
 
 
 def test_sentencepiece_vocab_too_small(tmp_path: Path) -> None:
-    src, tgt = corpus()
+    src, tgt = syllable_corpus()
     with pytest.raises(ValueError, match="tokenizer.vocab_size=8"):
         train_tokenizers(spm_config(vocab_size=8), src, tgt, "en", "fr", tmp_path)
 

@@ -12,7 +12,7 @@ from lookback.search import beam_search, greedy
 from lookback.train import Trainer
 from lookback.translator import Translator
 
-from .conftest import tiny_train_config, toy_pairs
+from .helpers import tiny_train_config, toy_pairs
 
 
 @pytest.fixture(scope="module")
