@@ -53,9 +53,23 @@ class DecoderState(NamedTuple):
 
 
 class DecoderOutput(NamedTuple):
-    logits: Tensor  # (B, T, V) unnormalised log-probabilities of y_t
-    alpha: Tensor | None  # (B, T, S) attention weights; None without attention
+    """What T decoder steps computed, in the notes' names; each (B, T, ...) along the steps."""
+
+    s: Tensor  # (B, T, D) decoder states s_t of the top layer
+    e: Tensor | None  # (B, T, S) scores e_t before the mask (padding columns mean nothing)
+    alpha: Tensor | None  # (B, T, S) attention weights; e and alpha are None without attention
+    c: Tensor  # (B, T, He) contexts c_t (the fixed c, at every step, without attention)
+    s_tilde: Tensor  # (B, T, D) attentional vectors ~s_t
+    logits: Tensor | None  # (B, T, V) unnormalised log P(y_t); None when not projected
     state: DecoderState  # after the last step
+
+    @staticmethod
+    def cat(steps: list[DecoderOutput]) -> DecoderOutput:
+        """One output from consecutive steps: every field joined along T, the last state."""
+        joined = [
+            None if xs[0] is None else torch.cat(xs, 1) for xs in zip(*(o[:-1] for o in steps), strict=True)
+        ]
+        return DecoderOutput(*joined, steps[-1].state)
 
 
 class Decoder(nn.Module):
@@ -107,8 +121,8 @@ class Decoder(nn.Module):
         hidden = (s0, torch.zeros_like(s0)) if self.is_lstm else s0
         return DecoderState(hidden, torch.zeros_like(s0[0]))
 
-    def context(self, s: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor | None]:
-        """c_t and alpha_t for queries s (R, T, D); the fixed c when there is no attention.
+    def context(self, s: Tensor, enc: EncoderOutput) -> tuple[Tensor | None, Tensor | None, Tensor]:
+        """e_t, alpha_t and c_t for queries s (R, T, D); without attention None, None and the fixed c.
 
         R is the batch, or in beam search K rows per sentence of enc, kept
         together: the source is then stored once per sentence, and the
@@ -118,51 +132,46 @@ class Decoder(nn.Module):
         B = enc.h.size(0)
         if self.score is None:
             c = enc.c if R == B else enc.c.repeat_interleave(R // B, 0)  # (R, He)
-            return c.unsqueeze(1).expand(-1, T, -1), None  # (R, T, He)
+            return None, None, c.unsqueeze(1).expand(-1, T, -1)  # (R, T, He)
         q = s.reshape(B, R // B * T, -1)  # (R, T, D) -> (B, K*T, D)
-        c, alpha = attend(self.score(q, enc.keys), enc.h, enc.src_mask)  # (B, K*T, He), (B, K*T, S)
-        return c.view(R, T, -1), alpha.view(R, T, -1)
+        e = self.score(q, enc.keys)  # (1) (B, K*T, S)
+        c, alpha = attend(e, enc.h, enc.src_mask)  # (2), (3): (B, K*T, He), (B, K*T, S)
+        return e.view(R, T, -1), alpha.view(R, T, -1), c.view(R, T, -1)
 
-    def forward(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
+    def forward(
+        self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, project: bool = True
+    ) -> DecoderOutput:
         """Run T steps on the previous tokens y_prev (B, T): the whole target in teacher
-        forcing, one token at a time in search."""
-        att, alpha, state = self.attentional(y_prev, enc, state)
-        return DecoderOutput(self.project(att), alpha, state)
-
-    def attentional(
-        self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState
-    ) -> tuple[Tensor, Tensor | None, DecoderState]:
-        """Steps 1-4 for y_prev (B, T): the attentional vectors ~s_t (B, T, D), alpha_t, the state."""
+        forcing, one token at a time in search. `project=False` leaves out the logits
+        (the loss projects only the real target tokens)."""
         if self.parallel or y_prev.size(1) == 1:
-            return self._steps(y_prev, enc, state)
-        atts, alphas = [], []
-        for t in range(y_prev.size(1)):
-            att, alpha, state = self._steps(y_prev[:, t : t + 1], enc, state)
-            atts.append(att)
-            alphas.append(alpha)
-        alpha = None if self.score is None else torch.cat(alphas, 1)
-        return torch.cat(atts, 1), alpha, state
+            out = self._steps(y_prev, enc, state)
+        else:
+            steps = []
+            for t in range(y_prev.size(1)):
+                steps.append(self._steps(y_prev[:, t : t + 1], enc, state))
+                state = steps[-1].state
+            out = DecoderOutput.cat(steps)
+        return out._replace(logits=self.project(out.s_tilde)) if project else out
 
-    def project(self, att: Tensor) -> Tensor:
+    def project(self, s_tilde: Tensor) -> Tensor:
         """5) the logits of P(y_t) = softmax(W_o ~s_t): (..., D) -> (..., V)."""
-        return self.out(self.dropout(att))
+        return self.out(self.dropout(s_tilde))
 
-    def _steps(
-        self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState
-    ) -> tuple[Tensor, Tensor | None, DecoderState]:
-        """T decoder steps with one RNN call; T must be 1 unless `self.parallel`."""
+    def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
+        """T decoder steps with one RNN call, without logits; T must be 1 unless `self.parallel`."""
         x = self.dropout(self.embed(y_prev))  # (B, T) -> (B, T, E)
-        inputs, c, alpha = [x], None, None
+        inputs, c = [x], None
         if self.score is None:  # 1) the fixed context c, at every step
-            c, alpha = self.context(x, enc)
+            e, alpha, c = self.context(x, enc)
             inputs.append(c)
         elif self.attend_from == "previous":  # 1) c_t from s_{t-1}, before the step
-            c, alpha = self.context(state.top().unsqueeze(1), enc)  # (B, 1, He)
+            e, alpha, c = self.context(state.top().unsqueeze(1), enc)  # (B, 1, He)
             inputs.append(c.to(x.dtype))
         if self.input_feeding:
             inputs.append(state.feed.unsqueeze(1))  # (B, 1, D)
         s, hidden = self.rnn(torch.cat(inputs, -1), state.hidden)  # 2) (B, T, D)
         if c is None:  # 3) attend from the new state s_t
-            c, alpha = self.context(s, enc)
-        att = torch.tanh(self.combine(torch.cat([s, c.to(s.dtype)], -1)))  # 4) ~s_t (B, T, D)
-        return att, alpha, DecoderState(hidden, att[:, -1])
+            e, alpha, c = self.context(s, enc)
+        s_tilde = torch.tanh(self.combine(torch.cat([s, c.to(s.dtype)], -1)))  # 4) ~s_t (B, T, D)
+        return DecoderOutput(s, e, alpha, c, s_tilde, None, DecoderState(hidden, s_tilde[:, -1]))

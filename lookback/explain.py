@@ -10,8 +10,8 @@ and the model's five most probable next tokens P(y_t | y_<t, x). Without
 attention there are no scores: the trace shows that c is the same at every step.
 
 The numbers are the model's own: `trace` replays the chosen hypothesis
-through `Decoder.forward` one token at a time and reads e_t off the score
-module and c_t off the input of the combine layer W_c with forward hooks.
+through `Decoder.forward` with teacher forcing, once, and reads every
+step's e_t, alpha_t, c_t and logits off the decoder's output.
 `lecture` runs the notes' worked examples through `attention.DotScore`,
 `attention.GeneralScore` and `attention.attend`, the code the models use.
 """
@@ -71,58 +71,38 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
     if hypothesis >= len(hyps):
         raise ValueError(f"beam {beam} found {len(hyps)} hypotheses; there is no number {hypothesis}")
     hyp = hyps[hypothesis]
-    model, device = translator.model, translator.device
-    dec = model.decoder
-    enc_size = model.encoder.out_size
-    seen: dict[str, torch.Tensor] = {}
-
-    def keep_context(module, inputs, output):  # the input of W_c is [s_t; c_t]
-        seen["c"] = inputs[0][0, -1, -enc_size:].float()
-
-    def keep_scores(module, inputs, output):  # e_t: (1, 1, S)
-        seen["e"] = output[0, -1].float()
-
-    hooks = [dec.combine.register_forward_hook(keep_context)]
-    if dec.score is not None:
-        hooks.append(dec.score.register_forward_hook(keep_scores))
+    model, device, dec = translator.model, translator.device, translator.model.decoder
+    src = torch.tensor([hyp.src_ids], device=device)
+    enc = model.encode(src, torch.tensor([len(hyp.src_ids)], device=device))
+    targets = [*hyp.ids, EOS]
+    y_prev = torch.tensor([[BOS, *hyp.ids]], device=device)  # (1, T): teacher forcing of the output
+    out = dec(y_prev, enc, dec.init_state(enc))  # every step's s, e, alpha, c and logits
+    p = torch.softmax(out.logits[0].float(), dim=-1)  # (T, V)
+    c = out.c[0].float()  # (T, He)
     steps: list[Step] = []
-    try:
-        src = torch.tensor([hyp.src_ids], device=device)
-        enc = model.encode(src, torch.tensor([len(hyp.src_ids)], device=device))
-        state = dec.init_state(enc)
-        y, previous = BOS, None
-        for t, target in enumerate([*hyp.ids, EOS]):
-            out = dec(torch.tensor([[y]], device=device), enc, state)
-            state = out.state
-            p = torch.softmax(out.logits[0, -1].float(), dim=-1)  # (V,)
-            best_p, best_ids = p.topk(min(top_k, p.numel()))
-            c = seen["c"]
-            scores = weights = focus = None
-            if out.alpha is not None:
-                alpha = out.alpha[0, -1].float()  # (S,)
-                scores, weights = seen["e"].tolist(), alpha.tolist()
-                focus = translator.src_tok.id_to_piece(hyp.src_ids[int(alpha.argmax())])
-            steps.append(
-                Step(
-                    index=t + 1,
-                    token=translator.tgt_tok.id_to_piece(target),
-                    prob=float(p[target]),
-                    top=[
-                        (translator.tgt_tok.id_to_piece(int(i)), float(q))
-                        for q, i in zip(best_p, best_ids, strict=True)
-                    ],
-                    scores=scores,
-                    weights=weights,
-                    focus=focus,
-                    context_size=c.numel(),
-                    context_norm=float(c.norm()),
-                    context_change=None if previous is None else float((c - previous).norm()),
-                )
+    for t, target in enumerate(targets):
+        best_p, best_ids = p[t].topk(min(top_k, p.size(-1)))
+        scores = weights = focus = None
+        if out.alpha is not None:
+            scores, weights = out.e[0, t].float().tolist(), out.alpha[0, t].float().tolist()
+            focus = translator.src_tok.id_to_piece(hyp.src_ids[int(out.alpha[0, t].argmax())])
+        steps.append(
+            Step(
+                index=t + 1,
+                token=translator.tgt_tok.id_to_piece(target),
+                prob=float(p[t, target]),
+                top=[
+                    (translator.tgt_tok.id_to_piece(int(i)), float(q))
+                    for q, i in zip(best_p, best_ids, strict=True)
+                ],
+                scores=scores,
+                weights=weights,
+                focus=focus,
+                context_size=c.size(-1),
+                context_norm=float(c[t].norm()),
+                context_change=None if t == 0 else float((c[t] - c[t - 1]).norm()),
             )
-            previous, y = c, target
-    finally:
-        for hook in hooks:
-            hook.remove()
+        )
     return Trace(
         source=sentence,
         src_tokens=hyp.src_tokens,

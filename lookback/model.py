@@ -41,9 +41,9 @@ class Seq2Seq(nn.Module):
         are most of the cost, and a batch of sentences is often half padding.
         """
         enc = self.encode(src, src_len)
-        att, _, _ = self.decoder.attentional(tgt_in, enc, self.decoder.init_state(enc))  # (B, T, D)
+        out = self.decoder(tgt_in, enc, self.decoder.init_state(enc), project=False)
         real = tgt_out != PAD  # (B, T)
-        logits = self.decoder.project(att[real])  # (N, D) -> (N, V), N real tokens
+        logits = self.decoder.project(out.s_tilde[real])  # (N, D) -> (N, V), N real tokens
         targets = tgt_out[real]  # (N,)
         return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
 

@@ -10,10 +10,13 @@ Legend: B batch, K beam, S source length, V target vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from .decoder import DecoderState
+from .encoder import EncoderOutput
 from .model import Seq2Seq
 from .tokenizer import BOS, EOS
 
@@ -21,9 +24,9 @@ from .tokenizer import BOS, EOS
 @dataclass
 class Hypothesis:
     tokens: list[int]  # output ids, without </s>
-    score: float  # log-probability (with </s>) divided by the length penalty
+    score: float  # log-probability (with </s>), over the length penalty in beam search
     logprob: float  # log-probability of tokens + </s>
-    attention: Tensor | None  # (len(tokens), source length) weights; None without attention
+    alpha: Tensor | None  # (len(tokens), source length) attention weights; None without attention
 
 
 def max_lengths(src_len: Tensor, max_ratio: float) -> Tensor:
@@ -31,9 +34,9 @@ def max_lengths(src_len: Tensor, max_ratio: float) -> Tensor:
     return (src_len.float() * max_ratio).ceil().long() + 5
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14)."""
-    return ((5 + length) / 6) ** alpha
+def lp(length: int, power: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** power, the power often written alpha (Wu et al. 2016, eq. 14)."""
+    return ((5 + length) / 6) ** power
 
 
 def _next_tokens(logits: Tensor, at_limit: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -67,7 +70,7 @@ def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0)
     sent = torch.arange(B, device=device)  # (A,) which ones
     steps = int(limit.max())
     ids = torch.full((B, steps), EOS, dtype=torch.long, device=device)  # outputs, by sentence
-    attn = torch.zeros(B, steps, S, device=device) if model.decoder.score is not None else None
+    alpha = torch.zeros(B, steps, S, device=device) if model.decoder.score is not None else None
     logprob = torch.zeros(B, device=device)
     y = torch.full((B, 1), BOS, dtype=torch.long, device=device)  # (A, 1)
     for t in range(steps):
@@ -75,8 +78,8 @@ def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0)
         logp, y = _next_tokens(out.logits, t + 1 >= limit, 1)  # (A, 1) the best token, its log P
         ids[sent, t] = y[:, 0]
         logprob[sent] += logp[:, 0]
-        if attn is not None:
-            attn[sent, t] = out.alpha[:, -1].float()  # (A, S)
+        if alpha is not None:
+            alpha[sent, t] = out.alpha[:, -1].float()  # (A, S)
         ended = y[:, 0] == EOS
         if ended.all():
             break
@@ -89,7 +92,7 @@ def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0)
     for b, row in enumerate(ids.tolist()):
         seq = row[: row.index(EOS)] if EOS in row else row
         lp = float(logprob[b])
-        rows = None if attn is None else attn[b, : len(seq), : int(src_len[b])].cpu()
+        rows = None if alpha is None else alpha[b, : len(seq), : int(src_len[b])].cpu()
         hyps.append(Hypothesis(seq, lp, lp, rows))
     return hyps
 
@@ -111,6 +114,39 @@ def beam_step(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor, Ten
     return top, idx // V, idx % V
 
 
+class Beam(NamedTuple):
+    """The live hypotheses of the sentences still searched: A sentences, k rows each.
+
+    Two index spaces: the source is kept once per sentence (A), everything
+    else once per row (A*k, the k rows of a sentence together); `select`
+    moves both at once.
+    """
+
+    sent: Tensor  # (A,) which sentence of the batch
+    limit: Tensor  # (A,) longest output allowed, </s> included
+    enc: EncoderOutput  # (A, ...) the source
+    scores: Tensor  # (A, k) log-probabilities of the live hypotheses
+    tokens: Tensor  # (A*k, 1 + t) <s> and the t tokens so far
+    alpha: Tensor | None  # (A*k, t, S) their attention weights; None without attention
+    state: DecoderState  # (A*k, ...) after the last token
+
+    def select(self, keep: Tensor | None, rows: Tensor, y: Tensor, scores: Tensor) -> Beam:
+        """The next step's beam: sentences `keep` (A',) (None: all), each continuing its
+        rows `rows` (A, K) by the tokens y (A, K), with log-probabilities `scores` (A, K)."""
+        if keep is not None:
+            rows, y, scores = rows[keep], y[keep], scores[keep]  # (A', K)
+            self = self._replace(
+                sent=self.sent[keep], limit=self.limit[keep], enc=self.enc.index_select(keep)
+            )
+        rows = rows.view(-1)  # (A'*K,)
+        return self._replace(
+            scores=scores,
+            tokens=torch.cat([self.tokens.index_select(0, rows), y.view(-1, 1)], 1),
+            alpha=None if self.alpha is None else self.alpha.index_select(0, rows),
+            state=self.state.index_select(rows),
+        )
+
+
 @torch.no_grad()
 def beam_search(
     model: Seq2Seq,
@@ -118,71 +154,66 @@ def beam_search(
     src_len: Tensor,
     beam: int = 5,
     nbest: int = 1,
-    alpha: float = 1.0,
+    length_penalty: float = 1.0,
     max_ratio: float = 2.0,
 ) -> list[list[Hypothesis]]:
     """Keep the `beam` best partial outputs of each sentence at every step.
 
     A candidate ending in </s> among the top `beam` of a step becomes a
-    finished hypothesis, scored by its log-probability over lp(length); a
-    sentence is done once it has `beam` finished ones or reaches its length
-    limit, and from then on its rows leave the batch, so the decoder only
-    works on sentences still being searched. The source is kept once per
-    sentence (the decoder lets the K rows of a sentence share it), and the
-    first step runs one row per sentence, since all beams would start from
-    the same <s>. Returns the `nbest` best finished hypotheses per sentence.
+    finished hypothesis, scored by its log-probability over lp(length) with
+    lp's power `length_penalty`; a sentence is done once it has `beam`
+    finished ones or reaches its length limit, and from then on its rows
+    leave the batch, so the decoder only works on sentences still being
+    searched. The source is kept once per sentence (the decoder lets the K
+    rows of a sentence share it), and the first step runs one row per
+    sentence, since all beams would start from the same <s>. Returns the
+    `nbest` best finished hypotheses per sentence.
     """
     B, K, device = src.size(0), beam, src.device
-    enc = model.encode(src, src_len)  # (A, ...) one copy per sentence
-    state = model.decoder.init_state(enc)  # (A*k, ...) one row per live hypothesis
-    sent = torch.arange(B, device=device)  # (A,) the sentences still searched, A <= B
-    limit = max_lengths(src_len, max_ratio)  # (A,)
-    scores = torch.zeros(B, 1, device=device)  # (A, k) k = 1 live hypothesis, <s>, at the start
-    y = torch.full((B, 1), BOS, dtype=torch.long, device=device)  # (A*k, 1)
-    history = torch.zeros((B, 0), dtype=torch.long, device=device)  # (A*k, steps) tokens so far
-    attn_history: Tensor | None = None  # (A*k, steps, S)
+    enc = model.encode(src, src_len)
+    live = Beam(
+        sent=torch.arange(B, device=device),
+        limit=max_lengths(src_len, max_ratio),
+        enc=enc,
+        scores=torch.zeros(B, 1, device=device),  # k = 1 live hypothesis, <s>, at the start
+        tokens=torch.full((B, 1), BOS, dtype=torch.long, device=device),
+        alpha=None if model.decoder.score is None else torch.zeros(B, 0, src.size(1), device=device),
+        state=model.decoder.init_state(enc),
+    )
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    for t in range(int(limit.max())):
-        A, k = scores.shape
-        out = model.decoder(y, enc, state)
-        # only a row's 2K best tokens can be among the sentence's 2K best candidates
-        logp, tokens = _next_tokens(out.logits, (t + 1 >= limit).repeat_interleave(k), 2 * K)  # (A*k, 2K)
-        cand_scores, cand_beams, cand_j = beam_step(scores, logp.view(A, k, 2 * K), 2 * K)  # (A, 2K)
-        cand_tokens = tokens.view(A, k * 2 * K).gather(1, cand_beams * 2 * K + cand_j)
+    n = min(2 * K, model.decoder.out.out_features)  # 2K candidates, in case half of them end
+    for t in range(int(live.limit.max())):
+        A, k = live.scores.shape
+        out = model.decoder(live.tokens[:, -1:], live.enc, live.state)
+        # only a row's n best tokens can be among the sentence's n best candidates
+        logp, tokens = _next_tokens(out.logits, (t + 1 >= live.limit).repeat_interleave(k), n)  # (A*k, n)
+        cand_scores, cand_beams, cand_j = beam_step(live.scores, logp.view(A, k, n), n)  # (A, n)
+        cand_tokens = tokens.view(A, k * n).gather(1, cand_beams * n + cand_j)
         cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend
-        if out.alpha is not None:
-            step_attn = out.alpha[:, -1:].float()  # (A*k, 1, S)
-            attn_history = step_attn if attn_history is None else torch.cat([attn_history, step_attn], 1)
+        if live.alpha is not None:
+            live = live._replace(alpha=torch.cat([live.alpha, out.alpha[:, -1:].float()], 1))
 
         # 1) candidates ending with </s> within the top K become finished hypotheses
         ends = (cand_tokens[:, :K] == EOS) & torch.isfinite(cand_scores[:, :K])
         for a, j in ends.nonzero().tolist():
-            b, row = int(sent[a]), int(cand_rows[a, j])
-            seq = history[row].tolist()
-            lp = float(cand_scores[a, j])
-            attn = None if attn_history is None else attn_history[row, : len(seq), : int(src_len[b])].cpu()
-            finished[b].append(Hypothesis(seq, lp / length_penalty(len(seq) + 1, alpha), lp, attn))
+            b, row = int(live.sent[a]), int(cand_rows[a, j])
+            seq = live.tokens[row, 1:].tolist()
+            logprob = float(cand_scores[a, j])
+            alpha = None if live.alpha is None else live.alpha[row, : len(seq), : int(src_len[b])].cpu()
+            score = logprob / lp(len(seq) + 1, length_penalty)
+            finished[b].append(Hypothesis(seq, score, logprob, alpha))
 
         # 2) the K best candidates that do not end become the live hypotheses
-        live = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
-        scores, pick = live.topk(K, dim=-1)  # (A, K)
-        rows = cand_rows.gather(1, pick)  # (A, K)
-        y = cand_tokens.gather(1, pick)  # (A, K)
+        scores, pick = cand_scores.masked_fill(cand_tokens == EOS, float("-inf")).topk(K, dim=-1)  # (A, K)
+        rows, y = cand_rows.gather(1, pick), cand_tokens.gather(1, pick)  # (A, K)
 
         # 3) sentences that are done leave the batch
-        done = torch.tensor([len(finished[b]) >= K for b in sent.tolist()], device=device)
-        done |= t + 1 >= limit
+        done = torch.tensor([len(finished[b]) >= K for b in live.sent.tolist()], device=device)
+        done |= t + 1 >= live.limit
         if done.all():
             break
-        if done.any():
-            keep = (~done).nonzero().squeeze(1)  # (A',)
-            sent, limit, scores, rows, y = sent[keep], limit[keep], scores[keep], rows[keep], y[keep]
-            enc = enc.index_select(keep)
-        rows, y = rows.view(-1), y.view(-1, 1)  # (A'*K,)
-        history = torch.cat([history.index_select(0, rows), y], 1)
-        if attn_history is not None:
-            attn_history = attn_history.index_select(0, rows)
-        state = out.state.index_select(rows)
+        keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
+        live = live._replace(state=out.state).select(keep, rows, y, scores)
     return [sorted(f, key=lambda h: -h.score)[:nbest] for f in finished]
 
 
@@ -192,10 +223,10 @@ def translate_batch(
     src_len: Tensor,
     beam: int = 1,
     nbest: int = 1,
-    alpha: float = 1.0,
+    length_penalty: float = 1.0,
     max_ratio: float = 2.0,
 ) -> list[list[Hypothesis]]:
     """Greedy for beam 1 with one hypothesis, beam search otherwise."""
     if beam == 1 and nbest == 1:
         return [[h] for h in greedy(model, src, src_len, max_ratio)]
-    return beam_search(model, src, src_len, beam, nbest, alpha, max_ratio)
+    return beam_search(model, src, src_len, beam, nbest, length_penalty, max_ratio)

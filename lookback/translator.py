@@ -97,7 +97,8 @@ class Translator:
         nbest = nbest or self.decode.nbest
         if nbest > beam:
             raise ValueError(f"nbest ({nbest}) cannot exceed the beam size ({beam})")
-        alpha = self.decode.length_penalty if length_penalty is None else length_penalty
+        if length_penalty is None:
+            length_penalty = self.decode.length_penalty
         ids = [self.src_tok.encode(s)[: self.max_src_len] for s in sentences]
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
@@ -112,7 +113,7 @@ class Translator:
                     src_len.to(self.device),
                     beam,
                     nbest,
-                    alpha,
+                    length_penalty,
                     self.decode.max_ratio,
                 )
             for i, hs in zip(chunk, hyps, strict=True):
@@ -125,7 +126,7 @@ class Translator:
             tokens=self.tgt_tok.pieces(hyp.tokens),
             src_tokens=self.src_tok.pieces(src_ids),
             score=hyp.score,
-            attention=hyp.attention,
+            attention=hyp.alpha,
             ids=hyp.tokens,
             src_ids=src_ids,
         )

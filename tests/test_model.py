@@ -97,7 +97,7 @@ def test_without_attention_the_context_is_the_same_at_every_step():
     model = model_for("gru", True, "none", False, "current", context="mean")
     b = collate(PAIRS)
     enc = model.encode(b.src, b.src_len)
-    c, alpha = model.decoder.context(torch.zeros(3, 4, 24), enc)
+    _, alpha, c = model.decoder.context(torch.zeros(3, 4, 24), enc)
     assert alpha is None and c.shape == (3, 4, 24)
     assert torch.equal(c[:, 0], c[:, 3])
     # context 'mean' is the mean of the real encoder states

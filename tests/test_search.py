@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lookback.batch import pad
-from lookback.search import beam_search, beam_step, greedy, length_penalty, max_lengths
+from lookback.search import beam_search, beam_step, greedy, lp, max_lengths
 
 from .helpers import tiny_model
 
@@ -37,12 +37,12 @@ def test_beam_one_equals_greedy_exactly(attention, feeding):
     model = tiny_model(attention=attention, input_feeding=feeding, dec_hidden_size=24, seed=3)
     src, src_len = pad(SRC)
     g = greedy(model, src, src_len, max_ratio=3.0)
-    b = beam_search(model, src, src_len, beam=1, alpha=0.0, max_ratio=3.0)
+    b = beam_search(model, src, src_len, beam=1, length_penalty=0.0, max_ratio=3.0)
     for gh, [bh] in zip(g, b, strict=True):
         assert gh.tokens == bh.tokens
         assert gh.logprob == pytest.approx(bh.logprob, abs=1e-5)
         if attention != "none":
-            assert torch.allclose(gh.attention, bh.attention, atol=1e-6)
+            assert torch.allclose(gh.alpha, bh.alpha, atol=1e-6)
 
 
 def test_outputs_respect_the_length_limit_and_carry_attention():
@@ -54,8 +54,8 @@ def test_outputs_respect_the_length_limit_and_carry_attention():
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
     for i, h in enumerate(greedy(model, src, src_len, max_ratio=0.5)):
         assert len(h.tokens) + 1 <= limits[i]
-        assert h.attention.shape == (len(h.tokens), len(SRC[i]))
-        assert torch.allclose(h.attention.sum(-1), torch.ones(len(h.tokens)), atol=1e-5)
+        assert h.alpha.shape == (len(h.tokens), len(SRC[i]))
+        assert torch.allclose(h.alpha.sum(-1), torch.ones(len(h.tokens)), atol=1e-5)
 
 
 def test_beam_hypotheses_carry_their_own_attention_rows():
@@ -63,14 +63,14 @@ def test_beam_hypotheses_carry_their_own_attention_rows():
     src, src_len = pad(SRC)
     for i, hyps in enumerate(beam_search(model, src, src_len, beam=3, nbest=3)):
         for h in hyps:
-            assert h.attention.shape == (len(h.tokens), len(SRC[i]))
-            assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 1.0))
+            assert h.alpha.shape == (len(h.tokens), len(SRC[i]))
+            assert h.score == pytest.approx(h.logprob / lp(len(h.tokens) + 1, 1.0))
 
 
 def test_length_penalty_is_gnmt():
-    assert length_penalty(1, 1.0) == 1.0
-    assert length_penalty(7, 0.5) == pytest.approx(math.sqrt(2))
-    assert length_penalty(9, 0.0) == 1.0
+    assert lp(1, 1.0) == 1.0
+    assert lp(7, 0.5) == pytest.approx(math.sqrt(2))
+    assert lp(9, 0.0) == 1.0
 
 
 def _count_rows(model) -> list[int]:
@@ -109,8 +109,8 @@ def test_a_batch_translates_each_sentence_as_alone(variant):
         assert [h.tokens for h in together_b[i]] == [h.tokens for h in alone_b]
         assert [h.score for h in together_b[i]] == pytest.approx([h.score for h in alone_b], abs=1e-4)
         if variant["attention"] != "none":
-            assert torch.allclose(together_g[i].attention, alone_g.attention, atol=1e-5)
-            assert torch.allclose(together_b[i][0].attention, alone_b[0].attention, atol=1e-5)
+            assert torch.allclose(together_g[i].alpha, alone_g.alpha, atol=1e-5)
+            assert torch.allclose(together_b[i][0].alpha, alone_b[0].alpha, atol=1e-5)
 
 
 def test_greedy_runs_one_row_per_unfinished_sentence():

@@ -64,7 +64,7 @@ def test_beam_finds_higher_scoring_outputs_than_greedy_on_average(trained):
     pairs = [trained.src_tok.encode(e) for e, _ in toy_pairs(80, seed=11, max_words=9)]
     src, src_len = pad(pairs)
     g = greedy(model, src, src_len)
-    b = beam_search(model, src, src_len, beam=5, alpha=0.0)
+    b = beam_search(model, src, src_len, beam=5, length_penalty=0.0)
     mean_greedy = sum(h.logprob for h in g) / len(g)
     mean_beam = sum(hs[0].logprob for hs in b) / len(b)
     assert mean_beam >= mean_greedy
