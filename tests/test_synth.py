@@ -216,6 +216,7 @@ def _reverse_accuracy(attention: str, prefixes: dict[str, Path], run_dir: Path) 
     return sequence_accuracy(hyps, ref), time.perf_counter() - start
 
 
+@pytest.mark.slow  # about 70 s of CPU: two models trained on 3,000 reversals
 def test_attention_lifts_the_fixed_context_bottleneck(tmp_path: Path):
     """Reversing 25-35 symbols: a fixed-size c cannot hold them all; looking back needs no such c."""
     sizes = {"train": 3000, "val": 20, "test": 100}
