@@ -2,10 +2,11 @@
 
     python -m bench.lookback_run train|translate SPEC.json RESULT.json
 
-`train` resumes a copy of the step-0 seed run through lookback's `Trainer`
-and drives `Trainer.train_step` over the shared batch plan (bench/common.py)
-for the wall-clock budget, then saves last.pt. `Trainer.train` is not used:
-it batches by tokens with length bucketing, which Joey NMT cannot reproduce,
+`train` resumes a copy of the step-0 seed run through lookback's `Trainer`,
+gives the trainer's `UpdatePlan` the shared batches (bench/common.py) in
+place of its own, and drives `Trainer.train_step` over them for the
+wall-clock budget, then saves last.pt. `Trainer.train` is not used: it
+batches by tokens with length bucketing, which Joey NMT cannot reproduce,
 and it validates on its own schedule; the benchmark wants the same batches
 and no validation on both sides. `translate` loads that run with
 `Translator.load` and translates the test set, greedy and beam 5.
@@ -14,7 +15,7 @@ The result file is written even when the measurement fails (with "error").
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import shutil
 import sys
 import traceback
@@ -51,39 +52,39 @@ def _sync(device) -> None:
 
 
 def train(spec: dict[str, Any]) -> dict[str, Any]:
-    from lookback.batch import collate
     from lookback.config import from_dict
+    from lookback.model import count_parameters
     from lookback.train import Trainer
 
     run_dir = Path(spec["out_dir"]) / "lookback"
     shutil.rmtree(run_dir, ignore_errors=True)
     shutil.copytree(spec["lookback_seed"], run_dir)
     raw = settings.lookback_config(spec["config"], str(run_dir), spec["data_dir"], spec["lookback_overrides"])
-    trainer = Trainer(from_dict(raw, source="bench"), resume=True)  # step-0 weights of the seed
+    # the step-0 weights of the seed, which learnt its tokenizer on all of train: data.train differs
+    trainer = Trainer(from_dict(raw, source="bench"), resume=True, accept_changes=True)
     device = _device(spec)
-    trainer.model.to(device)  # lookback's Trainer has no device option; the optimiser holds the same tensors
-    pairs = trainer.train_data.pairs
+    trainer.model.to(device)  # the optimiser holds the same tensors
+    n = len(trainer.plan.pairs)
+    plan = dataclasses.replace(
+        trainer.plan,
+        epoch_batches=lambda epoch: epoch_batches(n, spec["batch_sentences"], spec["seed"], epoch),
+    )
 
-    def batches():
-        for epoch in itertools.count():
-            for idx in epoch_batches(len(pairs), spec["batch_sentences"], spec["seed"], epoch):
-                yield collate([pairs[i] for i in idx]).to(device)
-
-    def step(batch) -> int:
-        trainer.train_step(batch)  # returns the loss as a float: the update is done
-        return batch.n_tokens
+    def step(batches) -> int:
+        trainer.train_step(*batches)  # returns the loss as a float: the update is done
+        return sum(b.n_tokens for b in batches)
 
     figures = timed_training(
-        batches(),
+        iter(plan),
         step,
-        lambda batch: batch.src.size(0),
+        lambda batches: sum(b.src.size(0) for b in batches),
         spec["budget_s"],
         spec["warmup_steps"],
         spec["max_steps"],
     )
-    figures["epochs"] = figures["steps"] * spec["batch_sentences"] / len(pairs)
-    figures["train_pairs"] = len(pairs)
-    figures["parameters"] = sum(p.numel() for p in trainer.model.parameters())
+    figures["epochs"] = figures["steps"] * spec["batch_sentences"] / n
+    figures["train_pairs"] = n
+    figures["parameters"] = count_parameters(trainer.model)
     figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
     trainer.save("last")
     return figures

@@ -107,7 +107,6 @@ def prepare_seed(work: Path, config: str, overrides: list[str]) -> Path:
     raw = settings.lookback_config(config, str(seed), str(data), overrides)
     raw["data"]["train"] = str(data / "train")  # the tokenizer learns from all of train
     trainer = Trainer(from_dict(raw, source=f"bench config {config}"))  # trains the SentencePiece model
-    trainer.metrics.close()
     trainer.save("last")
     kept = trainer.train_data
     _write_pair(data / "train_kept", kept.src, kept.tgt)

@@ -3,19 +3,24 @@
 Sentences of similar length go together so that little of a batch is
 padding; a batch holds as many sentences as fit in `max_tokens` padded
 positions. The order is a pure function of (seed, epoch), so a resumed run
-sees exactly the batches an uninterrupted one would.
+sees exactly the batches an uninterrupted one would. `UpdatePlan` deals
+them out, update by update, to the processes that train together.
 
 Legend: B batch, S source length, T target length (with <s> or </s>).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .tokenizer import BOS, EOS, PAD
+from .tokenizer import BOS, EOS, PAD, Tokenizer
+
+logger = logging.getLogger(__name__)
 
 POOL = 100  # batches' worth of sentences sorted together: random enough, little padding
 
@@ -34,6 +39,33 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         return Batch(*(t.to(device) for t in (self.src, self.src_len, self.tgt_in, self.tgt_out)))
+
+
+@dataclass
+class Corpus:
+    pairs: list[tuple[list[int], list[int]]]  # token ids, no <s> / </s>
+    src: list[str]  # raw text, for validation BLEU and samples
+    tgt: list[str]
+
+
+def encode_corpus(
+    src: list[str], tgt: list[str], src_tok: Tokenizer, tgt_tok: Tokenizer, max_len: int | None = None
+) -> Corpus:
+    """Tokenise a corpus; pairs longer than max_len tokens on either side are skipped."""
+    pairs, keep = [], []
+    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
+        ids = (src_tok.encode(s), tgt_tok.encode(t))
+        if ids[0] and ids[1] and (max_len is None or max(map(len, ids)) <= max_len):
+            pairs.append(ids)
+            keep.append(i)
+    if len(keep) < len(src):
+        logger.info(
+            "skipped %d of %d pairs (empty after tokenisation, or over %s tokens)",
+            len(src) - len(keep),
+            len(src),
+            max_len,
+        )
+    return Corpus(pairs, [src[i] for i in keep], [tgt[i] for i in keep])
 
 
 def pad(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
@@ -97,3 +129,42 @@ def token_batches(
     if gen is not None:
         batches = [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
     return batches
+
+
+@dataclass
+class UpdatePlan:
+    """This process's batches, update after update, epoch after epoch; where it stands is what
+    a resumed run needs to see the same batches.
+
+    Every process plans the same batches of an epoch; an update takes the
+    next `per_update` (processes x train.accumulate) of them, process r its
+    r-th, (r+N)-th, ... The epoch's last batches that cannot fill an update
+    are left out, so that every process makes the same updates.
+    """
+
+    pairs: list[tuple[list[int], list[int]]]  # token ids of the training corpus
+    epoch_batches: Callable[[int], list[list[int]]]  # epoch -> its batches, as indices into pairs
+    per_update: int = 1  # batches in one update, all processes together
+    rank: int = 0  # this process
+    world: int = 1  # processes
+    epoch: int = 0  # the next update comes from this epoch ...
+    batch: int = 0  # ... starting at this batch
+
+    def __iter__(self) -> Iterator[list[Batch]]:
+        """Yields this process's batches of each update; epoch and batch already point past it."""
+        while True:
+            epoch, batches = self.epoch, self.epoch_batches(self.epoch)
+            if len(batches) < self.per_update:
+                raise ValueError(
+                    f"train.max_tokens makes {len(batches)} batches per epoch, fewer than the "
+                    f"{self.per_update} of one update ({self.world} processes x train.accumulate "
+                    f"{self.per_update // self.world}); lower train.max_tokens"
+                )
+            while self.epoch == epoch:
+                first = self.batch
+                self.batch += self.per_update
+                if self.batch + self.per_update > len(batches):  # the next update would not fit
+                    self.epoch, self.batch = epoch + 1, 0
+                if first + self.per_update <= len(batches):
+                    mine = batches[first + self.rank : first + self.per_update : self.world]
+                    yield [collate([self.pairs[i] for i in idx]) for idx in mine]

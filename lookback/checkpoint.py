@@ -1,4 +1,6 @@
-"""Checkpoints: one explicit dict per file, written atomically, loaded without unpickling code.
+"""Checkpoints and the run directory that holds them.
+
+A checkpoint is one explicit dict per file, written atomically, loaded without unpickling code.
 
 A checkpoint holds the model and optimiser state, the training progress and
 RNG state (so a run resumes exactly), and the resolved config (so a model
@@ -7,19 +9,27 @@ fsynced and renamed over the old one: a run killed mid-write leaves the
 previous checkpoint intact. Loading checks every member of the zip archive
 against its CRC-32, then uses `torch.load(weights_only=True)`, which builds
 tensors and plain containers only and refuses every other object unbuilt.
+
+`RunDir` is everything a training run writes: config.yaml, the tokenizer
+files, metrics.jsonl, and best.pt / last.pt / prev.pt (the last.pt before
+the newest, a fallback for --resume).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from .config import first_line
 
 
 class CheckpointError(ValueError):
@@ -53,11 +63,6 @@ def save_checkpoint(state: dict[str, Any], path: Path, previous: Path | None = N
         os.close(dir_fd)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
 def _check_archive(path: Path) -> None:
     """Raise CheckpointError unless `path` is a whole zip archive whose every member matches its CRC-32.
 
@@ -70,7 +75,7 @@ def _check_archive(path: Path) -> None:
     except Exception as exc:  # zipfile fails in many ways on damaged bytes; all mean the same here
         raise CheckpointError(
             f"{path}: not a readable lookback checkpoint (truncated, or not a torch.save archive: "
-            f"{_first_line(exc)})"
+            f"{first_line(exc)})"
         ) from None
     if damaged:
         raise CheckpointError(
@@ -86,7 +91,7 @@ def _refusal(exc: pickle.UnpicklingError) -> str:
             f"it asks for the Python object {asked[1]}, and a checkpoint holds only tensors and plain "
             f"data (building other objects could run code)"
         )
-    return f"not a checkpoint pickle ({_first_line(exc)})"
+    return f"not a checkpoint pickle ({first_line(exc)})"
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -107,7 +112,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{path}: refused to load: {_refusal(exc)}") from None
     except Exception as exc:  # a damaged archive that passed its checksums: all mean the same here
-        raise CheckpointError(f"{path}: not a readable lookback checkpoint ({_first_line(exc)})") from None
+        raise CheckpointError(f"{path}: not a readable lookback checkpoint ({first_line(exc)})") from None
     model = state.get("model") if isinstance(state, dict) else None
     if not isinstance(model, dict) or not isinstance(state.get("config"), dict):
         raise CheckpointError(f"{path}: not a lookback checkpoint (no model or config inside)")
@@ -128,3 +133,81 @@ def load_latest(paths: list[Path]) -> tuple[dict[str, Any], Path, list[str]]:
         except CheckpointError as exc:
             problems.append(str(exc))
     raise CheckpointError("; ".join(problems) or "no checkpoint to load")
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be written, or lacks the room for its checkpoints; one line."""
+
+
+class RunDir:
+    """A training run's directory. Only the main process writes: with `writes=False`
+    (the other ranks under torchrun) saving and logging do nothing."""
+
+    def __init__(self, path: str | Path, writes: bool = True):
+        self.path, self.writes = Path(path), writes
+        self.last, self.prev = self.path / "last.pt", self.path / "prev.pt"
+        self._metrics = None  # metrics.jsonl, opened on the first record
+
+    def check_writable(self) -> None:
+        """Create the directory and write, fsync and delete a file in it: fail before any work."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write-test.") as f:
+                f.write(b"lookback")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise RunDirError(f"train.run_dir {self.path} is not writable ({exc.strerror or exc})") from None
+
+    def check_space(self, checkpoint_bytes: int) -> None:
+        """Room for best.pt, last.pt, prev.pt and one temporary file, less the ones already there."""
+        files = [self.path / f"{n}.pt" for n in ("best", "last", "prev")]
+        needed = checkpoint_bytes * (4 - sum(f.exists() for f in files))
+        free = shutil.disk_usage(self.path).free
+        if free < needed:
+            raise RunDirError(
+                f"train.run_dir {self.path}: {free / 1e6:,.0f} MB free, but its checkpoints need about "
+                f"{needed / 1e6:,.0f} MB (each ~{checkpoint_bytes / 1e6:,.0f} MB); free some space or "
+                f"choose another train.run_dir"
+            )
+
+    def check_start(self, resume: bool) -> None:
+        """A new run needs an empty directory, a resumed one a checkpoint."""
+        if resume and not (self.last.exists() or self.prev.exists()):
+            raise FileNotFoundError(f"{self.last}: nothing to resume")
+        if not resume and self.last.exists():
+            raise FileExistsError(
+                f"{self.path} already holds a run; pass --resume to continue it, "
+                f"or choose another train.run_dir"
+            )
+
+    def latest(self) -> tuple[dict[str, Any], Path, list[str]]:
+        """last.pt, or prev.pt if last.pt is damaged; with why each one before it did not load."""
+        return load_latest([self.last, self.prev])
+
+    def save(self, name: str, state: dict[str, Any]) -> None:
+        """best.pt or last.pt; the last.pt before is kept as prev.pt."""
+        if not self.writes:
+            return
+        path = self.path / f"{name}.pt"
+        try:
+            save_checkpoint(state, path, self.prev if name == "last" else None)
+        except OSError as exc:
+            raise RunDirError(
+                f"{path}: cannot write the checkpoint ({exc.strerror or exc}); the checkpoints "
+                f"already in {self.path} are untouched"
+            ) from None
+
+    def log(self, record: dict[str, Any]) -> None:
+        """One line of metrics.jsonl, flushed at once."""
+        if not self.writes:
+            return
+        if self._metrics is None:
+            self._metrics = (self.path / "metrics.jsonl").open("a", encoding="utf-8")
+        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.flush()
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None

@@ -17,7 +17,9 @@ helper here returns its input and training runs exactly as in one process.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -139,3 +141,70 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
 def no_sync(module: nn.Module, sync: bool):
     """Skip DDP's gradient averaging for all but the last batch of an accumulated update."""
     return module.no_sync() if isinstance(module, DistributedDataParallel) and not sync else nullcontext()
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """The processes that train together, as one value: which one this is, and how they agree.
+
+    With one process every method returns at once what that process alone would decide.
+    """
+
+    rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def join(cls, device: torch.device) -> tuple[Ranks, torch.device]:
+        """Join torchrun's process group (if any); this process's ranks and the device it trains on."""
+        device = init(device)
+        return cls(rank(), world_size()), device
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 validates and writes the run directory; the others only train."""
+        return self.rank == 0
+
+    def sum(self, values: list[float]) -> list[float]:
+        return all_reduce_sum(values)
+
+    def any(self, flag: object) -> bool:
+        """Whether any process's flag is set: all of them then act alike."""
+        return (self.sum([1.0 if flag else 0.0])[0] if self.world > 1 else float(bool(flag))) > 0
+
+    def from_main(self, compute: Callable[[], list[float]], n: int) -> list[float]:
+        """`compute()` on rank 0 (n numbers), and its result on every rank."""
+        return broadcast(compute() if self.main else [0.0] * n)
+
+    def barrier(self) -> None:
+        barrier()
+
+    def gather_rng(self, device: torch.device) -> list[dict[str, Tensor]]:
+        """Every rank's random generators (dropout on CPU, or on its GPU); [] with one process."""
+        if self.world == 1:
+            return []
+        cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.empty(0)
+        return all_gather_object({"cpu": torch.get_rng_state(), "cuda": cuda})
+
+    def rng_state(self, device: torch.device, gathered: list[dict[str, Tensor]]) -> dict[str, Any]:
+        """The checkpoint's generator entries: this process's, and every rank's under torchrun."""
+        one = self.world == 1  # else `gathered` holds each rank's GPU generator
+        return {
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" and one else [],
+            "rank_rng": gathered,  # torchrun: every rank's generators, from the last validation
+            "world_size": self.world,  # processes that trained together; 1 otherwise
+        }
+
+    def restore_rng(self, state: dict[str, Any], device: torch.device, seed: int) -> None:
+        """Each rank's generators as saved; a rank the saved run did not have starts afresh."""
+        saved = state.get("rank_rng") or []
+        if self.world > 1 and self.rank < len(saved):
+            torch.set_rng_state(saved[self.rank]["cpu"])
+            if device.type == "cuda" and saved[self.rank]["cuda"].numel():
+                torch.cuda.set_rng_state(saved[self.rank]["cuda"], device)
+        elif self.rank:
+            torch.manual_seed(seed + self.rank)
+        else:
+            torch.set_rng_state(state["rng"])
+            if device.type == "cuda" and state.get("cuda_rng") and self.world == 1:
+                torch.cuda.set_rng_state_all(state["cuda_rng"])

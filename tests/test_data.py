@@ -402,7 +402,7 @@ def test_cli_data_error_in_a_real_process(tmp_path: Path) -> None:
 def test_training_pairs_over_max_len_tokens_are_skipped_with_a_count(caplog) -> None:
     """The token-length limit of training (data.max_len), applied after the tokenizers."""
     from lookback.tokenizer import WordTokenizer
-    from lookback.train import encode_corpus
+    from lookback.batch import encode_corpus
 
     tok = WordTokenizer("en", ["a", "b"])
     src = ["a b", "a b a b a", "\x07", "b"]  # fits, 5 tokens, no tokens at all, fits

@@ -80,13 +80,13 @@ def runs(tmp_path_factory):
 def test_two_processes_train_as_one_process_on_the_union_of_their_batches(runs):
     one = Trainer(from_dict(raw_config(runs["tmp"], "one", accumulate=2)))
     one.train()
-    two, ref = records(runs["straight"], "train"), records(one.run_dir, "train")
+    two, ref = records(runs["straight"], "train"), records(one.run.path, "train")
     assert [r["step"] for r in two] == [r["step"] for r in ref] == list(range(1, STEPS + 1))
     assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in ref], rel=1e-5)
     assert [r["epoch"] for r in two] == [r["epoch"] for r in ref]
-    valid_two, valid_one = records(runs["straight"], "valid"), records(one.run_dir, "valid")
+    valid_two, valid_one = records(runs["straight"], "valid"), records(one.run.path, "valid")
     assert [r["loss"] for r in valid_two] == pytest.approx([r["loss"] for r in valid_one], rel=1e-5)
-    a, b = weights(runs["straight"]), weights(one.run_dir)
+    a, b = weights(runs["straight"]), weights(one.run.path)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
     assert ref[-1]["loss"] < ref[0]["loss"]  # it learned something, so the comparison means something

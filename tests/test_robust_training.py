@@ -17,12 +17,12 @@ import pytest
 import torch
 import yaml
 
-from lookback import train as train_module
-from lookback.checkpoint import load_checkpoint
+from lookback import checkpoint as checkpoint_module
+from lookback.checkpoint import RunDirError, load_checkpoint
 from lookback.cli import main
 from lookback.config import from_dict
 from lookback.model import Seq2Seq
-from lookback.train import RunDirError, Trainer
+from lookback.train import Trainer
 
 from .helpers import tiny_train_config
 
@@ -135,7 +135,7 @@ def test_a_nan_loss_stops_the_run_when_asked_and_keeps_the_last_checkpoint(tmp_p
 def test_too_little_disk_space_is_found_before_training(tmp_path, monkeypatch, capsys):
     config, run_dir = _config(tmp_path, "full")
     Usage = type("Usage", (), {"free": 200_000})
-    monkeypatch.setattr(train_module.shutil, "disk_usage", lambda p: Usage)
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda p: Usage)
     assert main(["train", str(config)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "0 MB free, but its checkpoints need about" in err[0]

@@ -26,14 +26,14 @@ def trained(tmp_path_factory):
 
 
 def test_a_tiny_model_learns_the_toy_translation(trained):
-    records = [json.loads(x) for x in (trained.run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(x) for x in (trained.run.path / "metrics.jsonl").read_text().splitlines()]
     valid = [r for r in records if r["kind"] == "valid"]
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in valid] == [100, 200, 300]
     assert train[-1]["loss"] < train[0]["loss"] / 4
     assert valid[-1]["bleu"] > 80.0
     pairs = toy_pairs(50, seed=9)  # sentences it has not seen
-    outs = Translator.load(trained.run_dir).translate([e for e, _ in pairs], beam=3)
+    outs = Translator.load(trained.run.path).translate([e for e, _ in pairs], beam=3)
     refs = [trained.tgt_tok.decode(trained.tgt_tok.encode(f)) for _, f in pairs]
     exact = sum(o.text == r for o, r in zip(outs, refs, strict=True))
     assert exact >= 35  # an untrained model gets none
@@ -41,9 +41,9 @@ def test_a_tiny_model_learns_the_toy_translation(trained):
 
 
 def test_run_directory_holds_config_tokenizers_metrics_and_checkpoints(trained):
-    names = {p.name for p in trained.run_dir.iterdir()}
+    names = {p.name for p in trained.run.path.iterdir()}
     assert {"config.yaml", "tokenizer.json", "metrics.jsonl", "best.pt", "last.pt"} <= names
-    state = load_checkpoint(trained.run_dir / "last.pt")
+    state = load_checkpoint(trained.run.path / "last.pt")
     assert state["progress"]["step"] == 300
     assert state["config"]["model"]["attention"] == "additive"
 
@@ -51,7 +51,7 @@ def test_run_directory_holds_config_tokenizers_metrics_and_checkpoints(trained):
 def test_checkpoint_round_trip_translates_identically(trained):
     sentences = [e for e, _ in toy_pairs(12, seed=7)]
     in_memory = Translator(trained.model, trained.src_tok, trained.tgt_tok, trained.cfg.decode)
-    loaded = Translator.load(trained.run_dir, checkpoint="last")
+    loaded = Translator.load(trained.run.path, checkpoint="last")
     a = in_memory.translate(sentences, beam=3)
     b = loaded.translate(sentences, beam=3)
     assert [x.text for x in a] == [x.text for x in b]
@@ -103,7 +103,7 @@ def test_resume_crosses_an_epoch_boundary_exactly(tmp_path):
 
 
 def test_an_existing_run_is_not_overwritten(tmp_path, trained):
-    cfg = from_dict(tiny_train_config(tmp_path, train={"run_dir": str(trained.run_dir)}))
+    cfg = from_dict(tiny_train_config(tmp_path, train={"run_dir": str(trained.run.path)}))
     with pytest.raises(FileExistsError, match="pass --resume"):
         Trainer(cfg)
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
@@ -134,7 +134,7 @@ def test_checkpoints_are_written_atomically_and_corruption_is_one_line(tmp_path)
 
 
 def test_translator_handles_empty_and_overlong_input(trained):
-    t = Translator.load(trained.run_dir)
+    t = Translator.load(trained.run.path)
     empty, long = t.translate(["", "the dog runs . " * 200], beam=2)
     assert empty.text == "" and empty.tokens == []
     assert len(long.src_tokens) == t.max_src_len  # cut, so one input cannot exhaust memory
@@ -181,7 +181,7 @@ def test_bf16_training_learns_and_resumes_like_fp32(tmp_path, caplog):
     resumed.train()
     for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
-    records = [json.loads(x) for x in (full.run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(x) for x in (full.run.path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     assert train[-1]["loss"] < train[0]["loss"]
-    assert "scaler" in load_checkpoint(full.run_dir / "last.pt")
+    assert "scaler" in load_checkpoint(full.run.path / "last.pt")
