@@ -43,14 +43,17 @@ def _next_tokens(logits: Tensor, at_limit: Tensor, n: int) -> tuple[Tensor, Tens
     """The n most probable next tokens of each row (R, n), and their log P(y_t).
 
     log P = logit - logsumexp(logits): the full log-softmax over V is never
-    written out. Rows at their length limit may only end: </s> with log P 0.
+    written out. Rows at their length limit may only end: </s>, at its own
+    log P, as when a hypothesis ends by itself (fairseq does the same), so
+    that an output cut at the limit does not get its end for free.
     """
     logits = logits[:, -1].float()  # (R, V)
     top, tokens = logits.topk(n, dim=-1)  # (R, n)
-    logp = top - torch.logsumexp(logits, dim=-1, keepdim=True)
+    norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (R, 1)
+    logp = top - norm
     if at_limit.any():
-        only_eos = torch.full_like(logp[0], float("-inf"))
-        only_eos[0] = 0.0
+        only_eos = torch.full_like(logp, float("-inf"))
+        only_eos[:, :1] = logits[:, EOS : EOS + 1] - norm
         logp = torch.where(at_limit.unsqueeze(-1), only_eos, logp)
         tokens = tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
     return logp, tokens
@@ -181,13 +184,13 @@ def beam_search(
         state=model.decoder.init_state(enc),
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    n = min(2 * K, model.decoder.out.out_features)  # 2K candidates, in case half of them end
+    n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
         A, k = live.scores.shape
         out = model.decoder(live.tokens[:, -1:], live.enc, live.state)
-        # only a row's n best tokens can be among the sentence's n best candidates
+        # only a row's 2K best tokens can be among the sentence's 2K best candidates
         logp, tokens = _next_tokens(out.logits, (t + 1 >= live.limit).repeat_interleave(k), n)  # (A*k, n)
-        cand_scores, cand_beams, cand_j = beam_step(live.scores, logp.view(A, k, n), n)  # (A, n)
+        cand_scores, cand_beams, cand_j = beam_step(live.scores, logp.view(A, k, n), 2 * K)  # (A, <= 2K)
         cand_tokens = tokens.view(A, k * n).gather(1, cand_beams * n + cand_j)
         cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend
         if live.alpha is not None:
@@ -204,7 +207,8 @@ def beam_search(
             finished[b].append(Hypothesis(seq, score, logprob, alpha))
 
         # 2) the K best candidates that do not end become the live hypotheses
-        scores, pick = cand_scores.masked_fill(cand_tokens == EOS, float("-inf")).topk(K, dim=-1)  # (A, K)
+        going_on = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
+        scores, pick = going_on.topk(min(K, going_on.size(1)), dim=-1)  # (A, K); -inf: an empty slot
         rows, y = cand_rows.gather(1, pick), cand_tokens.gather(1, pick)  # (A, K)
 
         # 3) sentences that are done leave the batch

@@ -8,6 +8,7 @@ out.text, out.tokens, out.score, out.attention   # attention: (len(tokens), len(
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from .device import autocast, check_precision
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, translate_batch
 from .tokenizer import Tokenizer, load_tokenizers
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,7 +102,12 @@ class Translator:
             raise ValueError(f"nbest ({nbest}) cannot exceed the beam size ({beam})")
         if length_penalty is None:
             length_penalty = self.decode.length_penalty
-        ids = [self.src_tok.encode(s)[: self.max_src_len] for s in sentences]
+        ids = [self.src_tok.encode(s) for s in sentences]
+        self._warn(
+            sum(len(x) > self.max_src_len for x in ids), len(ids), f"over {self.max_src_len} tokens: cut"
+        )
+        ids = [x[: self.max_src_len] for x in ids]
+        self._warn(sum(not x for x in ids), len(ids), "no source tokens: translated as empty")
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
         order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
@@ -118,7 +126,16 @@ class Translator:
                 )
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
+        self._warn(
+            sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x), len(ids), "empty output"
+        )
         return results
+
+    @staticmethod
+    def _warn(n: int, total: int, what: str) -> None:
+        """One line when `n` of the `total` sentences had something to say."""
+        if n:
+            logger.warning("%d of %d sentence(s) with %s", n, total, what)
 
     def _translation(self, src_ids: list[int], hyp: Hypothesis) -> Translation:
         return Translation(

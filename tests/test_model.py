@@ -168,3 +168,33 @@ def test_the_loss_sends_only_real_tokens_to_the_output_layer(feeding):
     loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, label_smoothing=0.1)
     assert loss.item() == pytest.approx(full.item(), rel=1e-5)
     assert rows == [batch.n_tokens] and batch.n_tokens == 6 + 2 + 3 < batch.tgt_out.numel()
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_attend_from_previous_queries_the_state_before_the_step(cell):
+    """Bahdanau's wiring: e_t = score(s_{t-1}, h), with s_0 the bridge's state; Luong's: score(s_t, h)."""
+    b = collate(PAIRS)
+    for attend_from in ("previous", "current"):
+        model = model_for(cell, True, "general", False, attend_from)
+        enc = model.encode(b.src, b.src_len)
+        state = model.decoder.init_state(enc)
+        out = model.decoder(b.tgt_in, enc, state)  # (B, T, ...)
+        queries = out.s if attend_from == "current" else torch.cat([state.top().unsqueeze(1), out.s[:, :-1]], 1)
+        assert torch.allclose(out.e, model.decoder.score(queries, enc.keys), atol=1e-6)
+        other = torch.cat([state.top().unsqueeze(1), out.s[:, :-1]], 1) if attend_from == "current" else out.s
+        assert not torch.allclose(out.e, model.decoder.score(other, enc.keys), atol=1e-3)
+
+
+def test_the_decoder_returns_every_quantity_of_the_step():
+    model = model_for("gru", True, "additive", True, "current")
+    b = collate(PAIRS)
+    enc = model.encode(b.src, b.src_len)
+    out = model.decoder(b.tgt_in, enc, model.decoder.init_state(enc))
+    B, T = b.tgt_in.shape
+    assert out.s.shape == out.s_tilde.shape == (B, T, 24)
+    assert out.e.shape == out.alpha.shape == (B, T, b.src.size(1))
+    assert out.c.shape == (B, T, enc.h.size(-1))
+    assert torch.allclose(out.c, out.alpha @ enc.h, atol=1e-6)  # (3) c_t = sum_i alpha_ti h_i
+    assert torch.allclose(out.logits, model.decoder.out(out.s_tilde), atol=1e-6)  # dropout is 0
+    masked = out.e.masked_fill(~enc.src_mask.unsqueeze(1), float("-inf"))
+    assert torch.allclose(out.alpha, torch.softmax(masked, -1), atol=1e-6)  # (2) alpha = softmax(e)

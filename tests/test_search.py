@@ -1,5 +1,6 @@
 """Greedy and beam search: the pure beam step by hand, beam 1 = greedy, limits, attention."""
 
+import itertools
 import math
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 
 from lookback.batch import pad
 from lookback.search import beam_search, beam_step, greedy, lp, max_lengths
+from lookback.tokenizer import BOS, EOS
 
 from .helpers import tiny_model
 
@@ -135,3 +137,60 @@ def test_beam_search_drops_the_rows_of_finished_sentences():
     expected = [K * sum(t < lim for lim in limits) for t in range(1, len(rows))]
     assert rows[1:] == expected
     assert rows[-1] == K
+
+
+@torch.no_grad()
+def _teacher_forced_logprob(model, src_ids: list[int], outputs: list[list[int]]) -> torch.Tensor:
+    """log P(y + </s> | x) of each output, read off one teacher-forced pass: (N,)."""
+    N = len(outputs)
+    src, src_len = pad([src_ids] * N)
+    tgt_in, _ = pad([[BOS, *y] for y in outputs])
+    logp = torch.log_softmax(model(src, src_len, tgt_in).logits.float(), -1)  # (N, T, V)
+    return torch.stack(
+        [logp[i, torch.arange(len(y) + 1), torch.tensor([*y, EOS])].sum() for i, y in enumerate(outputs)]
+    )
+
+
+def test_an_output_cut_at_the_length_limit_pays_for_its_end():
+    """A model that rarely ends runs to the limit; the score must hold the real log P(</s>)."""
+    model = tiny_model(attention="additive", seed=6)
+    with torch.no_grad():
+        model.decoder.out.bias[EOS] = -6.0  # </s> improbable, but not free
+    src, src_len = pad(SRC)
+    greedy_hyps = greedy(model, src, src_len, max_ratio=0.5)
+    beam_hyps = [hs[0] for hs in beam_search(model, src, src_len, beam=3, max_ratio=0.5)]
+    limits = max_lengths(src_len, 0.5).tolist()
+    for i, (g, b) in enumerate(zip(greedy_hyps, beam_hyps, strict=True)):
+        assert len(g.tokens) + 1 == limits[i]  # cut, not ended by itself
+        expected = _teacher_forced_logprob(model, SRC[i], [g.tokens, b.tokens])
+        assert g.logprob == pytest.approx(float(expected[0]), abs=1e-4)
+        assert b.logprob == pytest.approx(float(expected[1]), abs=1e-4)
+        assert g.logprob < _teacher_forced_logprob(model, SRC[i], [g.tokens])[0] + 1e-3  # </s> cost something
+
+
+def test_beam_search_wider_than_every_output_finds_what_exhaustive_search_finds():
+    """Tiny vocabulary, short limit: every output can be scored, and a wide enough beam must
+    return the best of them under its own objective, log P over the length penalty."""
+    model = tiny_model(vocab=2, attention="general", seed=7)  # 5 target ids: 4 that are not </s>
+    src_ids = [1, 1]  # the source vocabulary has two ids: <pad> and <unk>
+    src, src_len = pad([src_ids])
+    limit = int(max_lengths(src_len, 0.01)[0])  # 6 tokens, </s> included
+    tokens = [i for i in range(5) if i != EOS]
+    outputs = [list(y) for n in range(limit) for y in itertools.product(tokens, repeat=n)]
+    logprob = _teacher_forced_logprob(model, src_ids, outputs)
+    for power in (0.0, 1.0):
+        scores = torch.tensor([lp(len(y) + 1, power) for y in outputs])
+        scores = logprob / scores
+        best = int(scores.argmax())
+        [found] = beam_search(model, src, src_len, beam=len(outputs), length_penalty=power, max_ratio=0.01)
+        assert found[0].tokens == outputs[best]
+        assert found[0].score == pytest.approx(float(scores[best]), abs=1e-4)
+
+
+def test_a_target_vocabulary_smaller_than_twice_the_beam():
+    model = tiny_model(vocab=2, attention="dot", dec_hidden_size=24, seed=8)  # 5 target ids, 2K = 10
+    src, src_len = pad([[1, 1, 1]])
+    [hyps] = beam_search(model, src, src_len, beam=5, nbest=5, max_ratio=1.0)
+    assert 1 <= len(hyps) <= 5
+    assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    assert [h.tokens for h in hyps] != [] and len({tuple(h.tokens) for h in hyps}) == len(hyps)

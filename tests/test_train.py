@@ -9,6 +9,7 @@ from lookback.batch import pad, token_batches
 from lookback.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lookback.config import from_dict
 from lookback.search import beam_search, greedy
+from lookback.tokenizer import EOS
 from lookback.train import Trainer
 from lookback.translator import Translator
 
@@ -133,13 +134,29 @@ def test_checkpoints_are_written_atomically_and_corruption_is_one_line(tmp_path)
         load_checkpoint(tmp_path / "missing.pt")
 
 
-def test_translator_handles_empty_and_overlong_input(trained):
+def test_translator_handles_empty_and_overlong_input(trained, caplog):
     t = Translator.load(trained.run.path)
-    empty, long = t.translate(["", "the dog runs . " * 200], beam=2)
+    with caplog.at_level("WARNING"):
+        empty, long, fine = t.translate(["", "the dog runs . " * 200, "the dog runs ."], beam=2)
     assert empty.text == "" and empty.tokens == []
     assert len(long.src_tokens) == t.max_src_len  # cut, so one input cannot exhaust memory
+    assert fine.text
+    said = [r.getMessage() for r in caplog.records]
+    assert "1 of 3 sentence(s) with over 250 tokens: cut" in said
+    assert "1 of 3 sentence(s) with no source tokens: translated as empty" in said
+    assert not any("empty output" in m for m in said)
     with pytest.raises(ValueError, match="nbest"):
         t.translate_nbest(["the dog"], beam=2, nbest=3)
+
+
+def test_an_empty_output_is_said_in_one_line(trained, caplog):
+    t = Translator.load(trained.run.path)
+    with torch.no_grad():
+        t.model.decoder.out.bias[EOS] = 1e4  # the model now ends at once
+    with caplog.at_level("WARNING"):
+        outs = t.translate(["the dog runs .", "a cat ."], beam=1)
+    assert [o.text for o in outs] == ["", ""]
+    assert [r.getMessage() for r in caplog.records] == ["2 of 2 sentence(s) with empty output"]
 
 
 def test_a_finished_run_stays_finished_and_a_larger_budget_trains_on(tmp_path):
