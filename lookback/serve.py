@@ -18,7 +18,6 @@ it never reaches the filesystem.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
+from .config import first_line
 from .explain import trace
+from .model import count_parameters
 from .translator import Translator
 
 log = logging.getLogger(__name__)
@@ -118,9 +119,8 @@ class TraceOut(BaseModel):  # mirrors explain.Trace
 
 @dataclass
 class Loaded:
-    translator: Translator
+    translator: Translator  # holds no state between calls: requests to one model run side by side
     info: ModelInfo
-    lock: threading.Lock  # explain.trace hooks into the model: one call at a time per model
 
 
 def parse_run_dirs(run_dirs: list[str]) -> dict[str, Path]:
@@ -140,20 +140,22 @@ def parse_run_dirs(run_dirs: list[str]) -> dict[str, Path]:
     return named
 
 
-def load_model(name: str, run_dir: Path, checkpoint: str) -> Loaded:
-    translator = Translator.load(run_dir, checkpoint)
+def load_model(
+    name: str, run_dir: Path, checkpoint: str, device: str = "cpu", precision: str | None = None
+) -> Loaded:
+    translator = Translator.load(run_dir, checkpoint, device, precision)
     cfg = translator.config
     info = ModelInfo(
         name=name,
         attention=cfg.model.attention,
         cell=cfg.model.cell,
         hidden_size=cfg.model.hidden_size,
-        parameters=sum(p.numel() for p in translator.model.parameters()),
+        parameters=count_parameters(translator.model),
         src_lang=cfg.data.src_lang,
         tgt_lang=cfg.data.tgt_lang,
         beam=translator.decode.beam,
     )
-    return Loaded(translator, info, threading.Lock())
+    return Loaded(translator, info)
 
 
 # Requests: size limit and checks.
@@ -213,20 +215,25 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _json_safe(x: str | int) -> str | int:
     """`x` with lone surrogates escaped, which JSON cannot carry."""
     return x.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(x, str) else x
 
 
-def create_app(run_dirs: list[str], checkpoint: str = "best", max_chars: int = 500) -> FastAPI:
+def create_app(
+    run_dirs: list[str],
+    checkpoint: str = "best",
+    max_chars: int = 500,
+    device: str = "cpu",
+    precision: str | None = None,
+) -> FastAPI:
     """The explorer's app, with every model of `run_dirs` loaded (`NAME=DIR` names one)."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be 1 or more, not {max_chars}")
-    models = {name: load_model(name, d, checkpoint) for name, d in parse_run_dirs(run_dirs).items()}
+    models = {
+        name: load_model(name, d, checkpoint, device, precision)
+        for name, d in parse_run_dirs(run_dirs).items()
+    }
     app = FastAPI(
         title="lookback explorer",
         summary="Translations, beam candidates and attention of RNN encoder-decoder models.",
@@ -266,13 +273,12 @@ def create_app(run_dirs: list[str], checkpoint: str = "best", max_chars: int = 5
         if _json_safe(text) != text:  # "\ud800" in the JSON: no character, and no JSON answer could hold it
             raise HTTPException(422, "text is not valid Unicode: it holds a lone surrogate")
 
-    def locked(m: Loaded, fn):
-        """Run fn(translator) under the model's lock; its ValueError becomes a 422."""
-        with m.lock:
-            try:
-                return fn(m.translator)
-            except ValueError as exc:
-                raise HTTPException(422, _first_line(exc)) from None
+    def answer(m: Loaded, fn):
+        """fn(translator); its ValueError becomes a 422."""
+        try:
+            return fn(m.translator)
+        except ValueError as exc:
+            raise HTTPException(422, first_line(exc)) from None
 
     @app.get("/api/models", response_model=list[ModelInfo], summary="the loaded models")
     def list_models() -> list[ModelInfo]:
@@ -288,7 +294,7 @@ def create_app(run_dirs: list[str], checkpoint: str = "best", max_chars: int = 5
         nbest = min(req.nbest, req.beam)
         results = []
         for m in chosen:
-            outs = locked(m, lambda t: t.translate_nbest([req.text], req.beam, nbest)[0])
+            outs = answer(m, lambda t: t.translate_nbest([req.text], req.beam, nbest)[0])
             best = outs[0]
             if not best.src_tokens:  # e.g. only control characters: the tokenizer keeps nothing
                 raise HTTPException(422, f"nothing to translate: {req.text!r} has no source tokens")
@@ -310,7 +316,7 @@ def create_app(run_dirs: list[str], checkpoint: str = "best", max_chars: int = 5
     def explain(req: ExplainRequest) -> dict:
         m = model(req.model)
         check_text(req.text)
-        return locked(m, lambda t: trace(t, req.text, req.beam, req.hypothesis).to_dict())
+        return answer(m, lambda t: trace(t, req.text, req.beam, req.hypothesis).to_dict())
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -326,13 +332,15 @@ def serve(
     port: int = 8000,
     checkpoint: str = "best",
     max_chars: int = 500,
+    device: str = "cpu",
+    precision: str | None = None,
 ) -> None:
     """Load the models and serve the explorer until Ctrl-C."""
     import socket
 
     import uvicorn
 
-    app = create_app(run_dirs, checkpoint, max_chars)
+    app = create_app(run_dirs, checkpoint, max_chars, device, precision)
     try:  # a port in use gets the CLI's one-line error, before anything is printed
         socket.create_server((host, port)).close()
     except OSError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -252,13 +253,33 @@ def test_create_app_rejects_duplicate_names(runs):
 
 
 def test_concurrent_requests_get_the_answers_of_sequential_ones(client):
-    """explain.trace hooks into the model: the per-model lock keeps concurrent traces apart."""
-    bodies = [{"model": "attn", "text": t} for t in ("the dog runs .", "a big red house in the park .")] * 4
-    alone = [client.post("/api/explain", json=b).json() for b in bodies[:2]]
+    """The decoder returns what it computed and holds nothing between calls: no lock is needed."""
+    texts = ("the dog runs .", "a big red house in the park .")
+    explain = [{"model": "attn", "text": t} for t in texts] * 4
+    translate = [{"models": ["attn"], "text": t, "beam": 3, "nbest": 2} for t in texts] * 4
+    alone = [client.post("/api/explain", json=b).json() for b in explain[:2]]
+    alone_t = [client.post("/api/translate", json=b).json() for b in translate[:2]]
     with ThreadPoolExecutor(4) as pool:
-        for _ in range(3):  # without the lock, most rounds mix up hooks of two traces
-            together = list(pool.map(lambda b: client.post("/api/explain", json=b).json(), bodies))
-            assert together == alone * 4
+        for _ in range(3):
+            assert list(pool.map(lambda b: client.post("/api/explain", json=b).json(), explain)) == alone * 4
+            got = list(pool.map(lambda b: client.post("/api/translate", json=b).json(), translate))
+            assert got == alone_t * 4
+
+
+def test_translations_of_one_model_run_side_by_side(client, monkeypatch):
+    """Two requests to one model are inside it at the same time (a lock would make this time out)."""
+    both_inside = threading.Barrier(2, timeout=60)
+    real = Translator.translate_nbest
+
+    def meeting(self, *args, **kwargs):
+        both_inside.wait()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate_nbest", meeting)
+    body = {"models": ["attn"], "text": "the dog runs ."}
+    with ThreadPoolExecutor(2) as pool:
+        codes = list(pool.map(lambda _: client.post("/api/translate", json=body).status_code, range(2)))
+    assert codes == [200, 200]
 
 
 def test_an_unexpected_error_is_a_500_without_traceback_or_path(runs, monkeypatch):
