@@ -23,7 +23,11 @@ from torch import Tensor, nn
 
 
 class Score(nn.Module):
-    """score(s, h) -> e. Subclasses give the formula in their docstring."""
+    """score(s, h) -> e. Subclasses give the formula in their docstring; every one is built
+    from the sizes of s (dec_size), h (enc_size) and, for additive, its own layer."""
+
+    def __init__(self, dec_size: int = 0, enc_size: int = 0, attention_size: int = 0):
+        super().__init__()
 
     def keys(self, h: Tensor) -> Tensor:
         """Precompute what depends on the encoder alone: (B, S, He) -> (B, S, *)."""
@@ -44,7 +48,7 @@ class DotScore(Score):
 class GeneralScore(Score):
     """Multiplicative, 'general' (Luong et al. 2015, eq. 8): e = s W h."""
 
-    def __init__(self, dec_size: int, enc_size: int):
+    def __init__(self, dec_size: int, enc_size: int, attention_size: int = 0):
         super().__init__()
         self.W = nn.Linear(enc_size, dec_size, bias=False)
 
@@ -73,15 +77,12 @@ class AdditiveScore(Score):
         return self.v(hidden).squeeze(-1)  # -> (B, T, S)
 
 
+SCORES: dict[str, type[Score]] = {"dot": DotScore, "general": GeneralScore, "additive": AdditiveScore}
+
+
 def build_score(kind: str, dec_size: int, enc_size: int, attention_size: int) -> Score:
     """The scoring module named by `model.attention`."""
-    if kind == "dot":
-        return DotScore()
-    if kind == "general":
-        return GeneralScore(dec_size, enc_size)
-    if kind == "additive":
-        return AdditiveScore(dec_size, enc_size, attention_size)
-    raise ValueError(f"unknown attention {kind!r}")
+    return SCORES[kind](dec_size, enc_size, attention_size)
 
 
 def attend(e: Tensor, h: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
