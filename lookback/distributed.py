@@ -78,45 +78,6 @@ def cleanup() -> None:
         dist.destroy_process_group()
 
 
-def barrier() -> None:
-    """Wait here until every rank arrives (for files that rank 0 writes and the others read)."""
-    if dist.is_initialized():
-        dist.barrier()
-
-
-def _tensor(values: list[float]) -> Tensor:
-    # float64 holds token counts exactly; NCCL only moves tensors that live on the GPU
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    return torch.tensor(values, dtype=torch.float64, device=device)
-
-
-def all_reduce_sum(values: list[float]) -> list[float]:
-    """Each value summed over the ranks."""
-    if not dist.is_initialized():
-        return list(values)
-    t = _tensor(values)
-    dist.all_reduce(t)
-    return t.tolist()
-
-
-def broadcast(values: list[float]) -> list[float]:
-    """Rank 0's values, on every rank: a decision taken once, the same everywhere."""
-    if not dist.is_initialized():
-        return list(values)
-    t = _tensor(values)
-    dist.broadcast(t, src=0)
-    return t.tolist()
-
-
-def all_gather_object(obj: Any) -> list[Any]:
-    """Every rank's `obj`, in rank order (pickled: for small things such as RNG states)."""
-    if not dist.is_initialized():
-        return [obj]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 class LossModule(nn.Module):
     """`model.loss` as `forward`: DDP hooks into `forward` to synchronise gradients in backward."""
 
@@ -147,7 +108,7 @@ def no_sync(module: nn.Module, sync: bool):
 class Ranks:
     """The processes that train together, as one value: which one this is, and how they agree.
 
-    With one process every method returns at once what that process alone would decide.
+    Without a process group every method returns at once what one process alone decides.
     """
 
     rank: int = 0
@@ -164,26 +125,40 @@ class Ranks:
         """Rank 0 validates and writes the run directory; the others only train."""
         return self.rank == 0
 
-    def sum(self, values: list[float]) -> list[float]:
-        return all_reduce_sum(values)
+    def _collective(self, values: list[float], op: Callable) -> list[float]:
+        if not dist.is_initialized():
+            return list(values)
+        # float64 holds token counts exactly; NCCL only moves tensors that live on the GPU
+        gpu = dist.get_backend() == "nccl"
+        t = torch.tensor(values, dtype=torch.float64, device=torch.cuda.current_device() if gpu else "cpu")
+        op(t)
+        return t.tolist()
 
-    def any(self, flag: object) -> bool:
-        """Whether any process's flag is set: all of them then act alike."""
-        return (self.sum([1.0 if flag else 0.0])[0] if self.world > 1 else float(bool(flag))) > 0
+    def sum(self, values: list[float]) -> list[float]:
+        """Each value summed over the ranks."""
+        return self._collective(values, dist.all_reduce)
 
     def from_main(self, compute: Callable[[], list[float]], n: int) -> list[float]:
-        """`compute()` on rank 0 (n numbers), and its result on every rank."""
-        return broadcast(compute() if self.main else [0.0] * n)
+        """`compute()` on rank 0 (n numbers), and its result on every rank: decided once, alike."""
+        return self._collective(compute() if self.main else [0.0] * n, lambda t: dist.broadcast(t, src=0))
+
+    def any(self, flag: object) -> bool:
+        """Whether any rank's flag is set: all of them then act alike."""
+        return self.sum([1.0 if flag else 0.0])[0] > 0
 
     def barrier(self) -> None:
-        barrier()
+        """Wait here until every rank arrives (for files that rank 0 writes and the others read)."""
+        if dist.is_initialized():
+            dist.barrier()
 
     def gather_rng(self, device: torch.device) -> list[dict[str, Tensor]]:
         """Every rank's random generators (dropout on CPU, or on its GPU); [] with one process."""
-        if self.world == 1:
+        if not dist.is_initialized():
             return []
         cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.empty(0)
-        return all_gather_object({"cpu": torch.get_rng_state(), "cuda": cuda})
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, {"cpu": torch.get_rng_state(), "cuda": cuda})
+        return out
 
     def rng_state(self, device: torch.device, gathered: list[dict[str, Tensor]]) -> dict[str, Any]:
         """The checkpoint's generator entries: this process's, and every rank's under torchrun."""

@@ -139,7 +139,7 @@ def test_without_torchrun_there_is_no_process_group(monkeypatch):
     assert (distributed.rank(), distributed.world_size(), distributed.is_main()) == (0, 1, True)
     assert distributed.init(torch.device("cpu")) == torch.device("cpu")
     assert not torch.distributed.is_initialized()
-    assert distributed.all_reduce_sum([3, 0.5]) == [3, 0.5]
+    assert distributed.Ranks().sum([3, 0.5]) == [3, 0.5]
     assert distributed.threads_per_process() == 0  # train.threads 0: torch's default, all cores
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert distributed.threads_per_process() == max(1, distributed.cores() // 2)
