@@ -18,6 +18,7 @@ the newest, a fallback for --resume).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import re
@@ -29,7 +30,9 @@ from typing import Any
 
 import torch
 
-from .config import first_line
+from .config import Config, ConfigError, first_line, from_dict
+
+logger = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -135,6 +138,19 @@ def load_latest(paths: list[Path]) -> tuple[dict[str, Any], Path, list[str]]:
     raise CheckpointError("; ".join(problems) or "no checkpoint to load")
 
 
+# Keys that a resumed run cannot change and still continue the saved one exactly.
+EXACT_KEYS = ("data.src_lang", "data.tgt_lang", "data.train", "data.valid", "data.max_len", "tokenizer.")
+EXACT_KEYS += ("model.", "train.seed", "train.max_tokens")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}"""
+    out = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
 class RunDirError(ValueError):
     """The run directory cannot be written, or lacks the room for its checkpoints; one line."""
 
@@ -181,9 +197,23 @@ class RunDir:
                 f"or choose another train.run_dir"
             )
 
-    def latest(self) -> tuple[dict[str, Any], Path, list[str]]:
-        """last.pt, or prev.pt if last.pt is damaged; with why each one before it did not load."""
-        return load_latest([self.last, self.prev])
+    def resumable(self, cfg: Config, accept_changes: bool = False) -> tuple[dict[str, Any], Config]:
+        """The newest checkpoint that loads (last.pt, else prev.pt) and its config. Refuses a `cfg`
+        that changes what an exact resume needs (EXACT_KEYS), unless `accept_changes`."""
+        state, path, problems = load_latest([self.last, self.prev])
+        for problem in problems:
+            logger.warning("%s; resuming from %s instead", problem, path.name)
+        saved = from_dict(state["config"], source=str(path))
+        old, new = _flat(saved.to_dict()), _flat(cfg.to_dict())
+        changes = [
+            f"{k}: {old[k]!r} -> {new[k]!r}" for k in new if k.startswith(EXACT_KEYS) and old[k] != new[k]
+        ]
+        if changes and not accept_changes:
+            why = "the run cannot continue exactly; set it back, or pass --accept-changes to go on with it"
+            raise ConfigError("\n".join(f"{path}: --resume with a changed {c}: {why}" for c in changes))
+        for change in changes:
+            logger.warning("resuming with a changed %s (--accept-changes)", change)
+        return state, saved
 
     def save(self, name: str, state: dict[str, Any]) -> None:
         """best.pt or last.pt; the last.pt before is kept as prev.pt."""

@@ -8,7 +8,7 @@ says so. Each concern has a unit of its own, which the loop calls in one line:
     UpdatePlan (batch.py)     which batches each update takes; the data position
     RunDir (checkpoint.py)    best/last/prev checkpoints, metrics.jsonl, disk checks
     Ranks (distributed.py)    torchrun's processes: who writes, how they agree
-    stop_reason, StopSignals  the stopping rules; SIGINT/SIGTERM between updates
+    stop_reason, stop_signals the stopping rules; SIGINT/SIGTERM between updates
 
 `resume=True` continues from last.pt exactly: weights, optimiser, scheduler,
 RNG and the position in the data, so a resumed run ends where an
@@ -22,7 +22,8 @@ import math
 import signal
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from tqdm import tqdm
 from . import distributed
 from .batch import Batch, UpdatePlan, collate, encode_corpus, token_batches
 from .checkpoint import RunDir
-from .config import Config, ConfigError, TrainConfig, from_dict, save_config
+from .config import Config, TrainConfig, save_config
 from .data import read_parallel
 from .device import autocast, check_precision, describe, resolve_device
 from .evaluate import score
@@ -43,10 +44,6 @@ from .tokenizer import load_tokenizers, train_tokenizers
 from .translator import Translator
 
 logger = logging.getLogger(__name__)
-
-# Keys that a resumed run cannot change and still continue the saved one exactly.
-EXACT_KEYS = ("data.src_lang", "data.tgt_lang", "data.train", "data.valid", "data.max_len", "tokenizer.")
-EXACT_KEYS += ("model.", "train.seed", "train.max_tokens")
 
 
 @dataclass
@@ -81,40 +78,25 @@ def stop_reason(cfg: TrainConfig, p: Progress) -> str | None:
     return None
 
 
-class StopSignals:
+@contextmanager
+def stop_signals() -> Iterator[list[str]]:
     """Within `with`: SIGINT (Ctrl-C) or SIGTERM asks training to stop after the current update,
-    with a checkpoint; a second one stops at once, without (last.pt is then the one before)."""
+    with a checkpoint; a second one stops at once, without (last.pt is then the one before).
+    Yields the names of the signals caught."""
+    caught: list[str] = []
 
-    def __init__(self):
-        self.caught: str | None = None  # the name of the first signal
-        self._old: dict = {}
-
-    def _catch(self, signum: int, frame: Any) -> None:
-        if self.caught:
+    def catch(signum: int, frame: Any) -> None:
+        if caught:
             raise KeyboardInterrupt
-        self.caught = signal.Signals(signum).name
+        caught.append(signal.Signals(signum).name)
 
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():  # only it receives signals
-            self._old = {s: signal.signal(s, self._catch) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._old.items():
+    main = threading.current_thread() is threading.main_thread()  # only it receives signals
+    old = {s: signal.signal(s, catch) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield caught
+    finally:
+        for signum, handler in old.items():
             signal.signal(signum, handler)
-
-
-def resume_changes(saved: Config, cfg: Config) -> list[str]:
-    """The keys of EXACT_KEYS that differ between the saved run and `cfg`, as 'key: old -> new'."""
-
-    def flat(tree: dict, prefix: str = "") -> dict[str, Any]:
-        out = {}
-        for k, v in tree.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-        return out
-
-    old, new = flat(saved.to_dict()), flat(cfg.to_dict())
-    return [f"{k}: {old[k]!r} -> {new[k]!r}" for k in new if k.startswith(EXACT_KEYS) and old[k] != new[k]]
 
 
 class Trainer:
@@ -128,7 +110,7 @@ class Trainer:
         self.ranks, self.device = distributed.Ranks.join(device)  # torchrun: cuda:LOCAL_RANK
         self.run.writes = self.ranks.main
         self.run.check_start(resume)
-        saved = self._resumable(accept_changes) if resume else None
+        saved = self.run.resumable(cfg, accept_changes) if resume else None
         # 1) data and tokenizers (trained on the training split, kept in the run directory)
         d = cfg.data
         src, tgt = read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
@@ -164,20 +146,6 @@ class Trainer:
         if self.ranks.main:
             save_config(cfg, self.run.path / "config.yaml")
 
-    def _resumable(self, accept_changes: bool) -> tuple[dict[str, Any], Config]:
-        """The newest checkpoint that loads, and its config; refuses changes that break an exact resume."""
-        state, path, problems = self.run.latest()
-        for problem in problems:
-            logger.warning("%s; resuming from %s instead", problem, path.name)
-        saved = from_dict(state["config"], source=str(path))
-        changes = resume_changes(saved, self.cfg)
-        if changes and not accept_changes:
-            why = "the run cannot continue exactly; set it back, or pass --accept-changes to go on with it"
-            raise ConfigError("\n".join(f"{path}: --resume with a changed {c}: {why}" for c in changes))
-        for change in changes:
-            logger.warning("resuming with a changed %s (--accept-changes)", change)
-        return state, saved
-
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         lengths = [(len(s), len(t)) for s, t in self.train_data.pairs]
         return token_batches(lengths, self.cfg.train.max_tokens, self.cfg.train.seed, epoch)
@@ -188,7 +156,7 @@ class Trainer:
         """Train until a stopping rule fires; returns the final progress."""
         cfg, p = self.cfg.train, self.progress
         clock, window = time.perf_counter() - p.seconds, Window()  # training time goes on across resumes
-        with StopSignals() as signals, self._bar() as bar, closing(self.run):
+        with stop_signals() as signals, self._bar() as bar, closing(self.run):
             updates = iter(self.plan)
             while not (reason := stop_reason(cfg, p)):
                 start = time.perf_counter()
@@ -200,8 +168,8 @@ class Trainer:
                     window = self._log_train(window, bar)
                 if p.step % cfg.valid_every == 0 or stop_reason(cfg, p):
                     self.validate()
-                if not stop_reason(cfg, p) and self.ranks.any(signals.caught):
-                    self._stop_for(signals.caught)
+                if not stop_reason(cfg, p) and self.ranks.any(signals):
+                    self._stop_for(signals)
             p.done = True
             logger.info("stopped at step %d: %s", p.step, reason)
         self.ranks.barrier()  # no rank returns before rank 0 has written the last checkpoint
@@ -214,10 +182,11 @@ class Trainer:
         (p.seconds,) = self.ranks.from_main(lambda: [time.perf_counter() - clock], 1)
         bar.update()
 
-    def _stop_for(self, name: str | None) -> None:
+    def _stop_for(self, signals: list[str]) -> None:
         """SIGINT / SIGTERM: stop between updates, with a checkpoint; --resume continues."""
         if self.ranks.main:
             step, where = self.progress.step, self.run.last
+            name = signals[0] if signals else "a signal"  # another rank's
             logger.warning("%s at step %d: saving %s and stopping; --resume continues", name, step, where)
         self.save("last")
         raise KeyboardInterrupt

@@ -15,7 +15,7 @@ from lookback.batch import UpdatePlan
 from lookback.checkpoint import RunDir, load_checkpoint
 from lookback.config import ConfigError, TrainConfig, from_dict
 from lookback.distributed import Ranks
-from lookback.train import Progress, StopSignals, Trainer, stop_reason
+from lookback.train import Progress, Trainer, stop_reason, stop_signals
 
 from .helpers import tiny_train_config
 
@@ -119,10 +119,10 @@ def test_the_stopping_rule(train, progress, reason):
 
 def test_the_first_signal_is_noted_and_a_second_stops_at_once():
     before = signal.getsignal(signal.SIGTERM)
-    with StopSignals() as signals:
+    with stop_signals() as caught:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.01)  # the handler runs between bytecodes of the main thread
-        assert signals.caught == "SIGTERM"
+        assert caught == ["SIGTERM"]
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.01)
