@@ -197,9 +197,12 @@ class RunDir:
                 f"or choose another train.run_dir"
             )
 
-    def resumable(self, cfg: Config, accept_changes: bool = False) -> tuple[dict[str, Any], Config]:
-        """The newest checkpoint that loads (last.pt, else prev.pt) and its config. Refuses a `cfg`
-        that changes what an exact resume needs (EXACT_KEYS), unless `accept_changes`."""
+    def resumable(
+        self, cfg: Config, world: int, accept_changes: bool = False
+    ) -> tuple[dict[str, Any], Config]:
+        """The newest checkpoint that loads (last.pt, else prev.pt) and its config, to go on with
+        `cfg` in `world` processes. Refuses a `cfg` that changes what an exact resume needs
+        (EXACT_KEYS), unless `accept_changes`; a new global batch size is only a warning."""
         state, path, problems = load_latest([self.last, self.prev])
         for problem in problems:
             logger.warning("%s; resuming from %s instead", problem, path.name)
@@ -213,6 +216,12 @@ class RunDir:
             raise ConfigError("\n".join(f"{path}: --resume with a changed {c}: {why}" for c in changes))
         for change in changes:
             logger.warning("resuming with a changed %s (--accept-changes)", change)
+        was, now = (state.get("world_size", 1), saved.train.accumulate), (world, cfg.train.accumulate)
+        if was != now:
+            logger.warning(
+                "the run was trained with %d process(es) x accumulate %d, and goes on with %d x %d: "
+                "the same data from here, in global batches of a new size", *was, *now,
+            )  # fmt: skip
         return state, saved
 
     def save(self, name: str, state: dict[str, Any]) -> None:

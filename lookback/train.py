@@ -110,7 +110,7 @@ class Trainer:
         self.ranks, self.device = distributed.Ranks.join(device)  # torchrun: cuda:LOCAL_RANK
         self.run.writes = self.ranks.main
         self.run.check_start(resume)
-        saved = self.run.resumable(cfg, accept_changes) if resume else None
+        saved = self.run.resumable(cfg, self.ranks.world, accept_changes) if resume else None
         # 1) data and tokenizers (trained on the training split, kept in the run directory)
         d = cfg.data
         src, tgt = read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
@@ -366,13 +366,6 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         p = self.progress
         logger.info("resumed from step %d (epoch %d, batch %d)", p.step, p.epoch, p.batch)
-        world, accumulate = state.get("world_size", 1), saved.train.accumulate
-        if (world, accumulate) != (self.ranks.world, cfg.accumulate):
-            logger.warning(
-                "the run was trained with %d process(es) x accumulate %d, and goes on with %d x %d: "
-                "the same data from here, in global batches of a new size",
-                world, accumulate, self.ranks.world, cfg.accumulate,
-            )  # fmt: skip
 
 
 @dataclass
