@@ -1,8 +1,9 @@
 """Decoding word by word: greedy and batched beam search.
 
-Both drive the model's own decoder step and return, for every output, its
-tokens, its score and its attention matrix (one row per output token, one
-column per source token). Beam search with beam 1 is greedy search exactly.
+Both drive the model's own decoder step over one value, `Beam`, the live
+hypotheses, and return for every output its tokens, its score and its
+attention matrix (one row per output token, one column per source token).
+Beam search with beam 1 is greedy search exactly.
 
 Legend: B batch, K beam, S source length, V target vocabulary.
 """
@@ -59,6 +60,62 @@ def _next_tokens(logits: Tensor, at_limit: Tensor, n: int) -> tuple[Tensor, Tens
     return logp, tokens
 
 
+class Beam(NamedTuple):
+    """The live hypotheses of the sentences still searched: A sentences, k rows each.
+
+    Two index spaces: the source is kept once per sentence (A), everything
+    else once per row (A*k, the k rows of a sentence together); `select`
+    moves both at once.
+    """
+
+    sent: Tensor  # (A,) which sentence of the batch
+    limit: Tensor  # (A,) longest output allowed, </s> included
+    enc: EncoderOutput  # (A, ...) the source
+    scores: Tensor  # (A, k) log-probabilities of the live hypotheses
+    tokens: Tensor  # (A*k, 1 + t) <s> and the t tokens so far
+    alpha: Tensor | None  # (A*k, t, S) their attention weights; None without attention
+    state: DecoderState  # (A*k, ...) after the last token
+
+    @classmethod
+    def start(cls, model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float) -> Beam:
+        """One live hypothesis, <s>, per sentence of src (B, S)."""
+        B, device = src.size(0), src.device
+        enc = model.encode(src, src_len)
+        return cls(
+            sent=torch.arange(B, device=device),
+            limit=max_lengths(src_len, max_ratio),
+            enc=enc,
+            scores=torch.zeros(B, 1, device=device),
+            tokens=torch.full((B, 1), BOS, dtype=torch.long, device=device),
+            alpha=None if model.decoder.score is None else torch.zeros(B, 0, src.size(1), device=device),
+            state=model.decoder.init_state(enc),
+        )
+
+    def finish(self, row: int, logprob: float, src_len: Tensor, power: float | None) -> Hypothesis:
+        """Row `row` ended with </s>, at log-probability `logprob`; scored over lp(length) ** power
+        (None: the plain log-probability, as greedy reports it)."""
+        seq, S = self.tokens[row, 1:].tolist(), int(src_len[self.sent[row // self.scores.size(1)]])
+        alpha = None if self.alpha is None else self.alpha[row, : len(seq), :S].cpu()
+        score = logprob if power is None else logprob / lp(len(seq) + 1, power)
+        return Hypothesis(seq, score, logprob, alpha)
+
+    def select(self, keep: Tensor | None, rows: Tensor, y: Tensor, scores: Tensor) -> Beam:
+        """The next step's beam: sentences `keep` (A',) (None: all), each continuing its
+        rows `rows` (A, K) by the tokens y (A, K), with log-probabilities `scores` (A, K)."""
+        if keep is not None:
+            rows, y, scores = rows[keep], y[keep], scores[keep]  # (A', K)
+            self = self._replace(
+                sent=self.sent[keep], limit=self.limit[keep], enc=self.enc.index_select(keep)
+            )
+        rows = rows.view(-1)  # (A'*K,)
+        return self._replace(
+            scores=scores,
+            tokens=torch.cat([self.tokens.index_select(0, rows), y.view(-1, 1)], 1),
+            alpha=None if self.alpha is None else self.alpha.index_select(0, rows),
+            state=self.state.index_select(rows),
+        )
+
+
 @torch.no_grad()
 def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0) -> list[Hypothesis]:
     """Pick the most probable token at every step until </s>, for a batch src (B, S).
@@ -66,38 +123,26 @@ def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0)
     A sentence that has ended leaves the batch: the decoder only works on
     the sentences still being translated.
     """
-    B, S, device = src.size(0), src.size(1), src.device
-    enc = model.encode(src, src_len)
-    state = model.decoder.init_state(enc)
-    limit = max_lengths(src_len, max_ratio)  # (A,) A <= B sentences still being translated
-    sent = torch.arange(B, device=device)  # (A,) which ones
-    steps = int(limit.max())
-    ids = torch.full((B, steps), EOS, dtype=torch.long, device=device)  # outputs, by sentence
-    alpha = torch.zeros(B, steps, S, device=device) if model.decoder.score is not None else None
-    logprob = torch.zeros(B, device=device)
-    y = torch.full((B, 1), BOS, dtype=torch.long, device=device)  # (A, 1)
-    for t in range(steps):
-        out = model.decoder(y, enc, state)
-        logp, y = _next_tokens(out.logits, t + 1 >= limit, 1)  # (A, 1) the best token, its log P
-        ids[sent, t] = y[:, 0]
-        logprob[sent] += logp[:, 0]
-        if alpha is not None:
-            alpha[sent, t] = out.alpha[:, -1].float()  # (A, S)
+    live = Beam.start(model, src, src_len, max_ratio)  # one row per sentence still going
+    hyps: list[Hypothesis | None] = [None] * src.size(0)
+    for t in range(int(live.limit.max())):
+        out = model.decoder(live.tokens[:, -1:], live.enc, live.state)
+        logp, y = _next_tokens(out.logits, t + 1 >= live.limit, 1)  # (A, 1) the best token, its log P
+        scores = live.scores + logp
+        live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
         ended = y[:, 0] == EOS
+        for a in ended.nonzero()[:, 0].tolist():
+            hyps[int(live.sent[a])] = live.finish(a, float(scores[a, 0]), src_len, None)
         if ended.all():
             break
-        state = out.state
-        if ended.any():
-            keep = (~ended).nonzero().squeeze(1)  # (A',)
-            sent, limit, y = sent[keep], limit[keep], y[keep]
-            enc, state = enc.index_select(keep), state.index_select(keep)
-    hyps = []
-    for b, row in enumerate(ids.tolist()):
-        seq = row[: row.index(EOS)] if EOS in row else row
-        lp = float(logprob[b])
-        rows = None if alpha is None else alpha[b, : len(seq), : int(src_len[b])].cpu()
-        hyps.append(Hypothesis(seq, lp, lp, rows))
+        keep = (~ended).nonzero().squeeze(1) if ended.any() else None  # (A',)
+        live = live.select(keep, torch.arange(len(y), device=y.device).unsqueeze(1), y, scores)
     return hyps
+
+
+def _extend(alpha: Tensor | None, step: Tensor | None) -> Tensor | None:
+    """The attention weights so far (R, t, S) and this step's (R, 1, S), in float32."""
+    return None if alpha is None else torch.cat([alpha, step[:, -1:].float()], 1)
 
 
 def beam_step(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -115,39 +160,6 @@ def beam_step(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor, Ten
     total = (scores.unsqueeze(-1) + logp).view(B, K * V)
     top, idx = total.topk(min(n, K * V), dim=-1)
     return top, idx // V, idx % V
-
-
-class Beam(NamedTuple):
-    """The live hypotheses of the sentences still searched: A sentences, k rows each.
-
-    Two index spaces: the source is kept once per sentence (A), everything
-    else once per row (A*k, the k rows of a sentence together); `select`
-    moves both at once.
-    """
-
-    sent: Tensor  # (A,) which sentence of the batch
-    limit: Tensor  # (A,) longest output allowed, </s> included
-    enc: EncoderOutput  # (A, ...) the source
-    scores: Tensor  # (A, k) log-probabilities of the live hypotheses
-    tokens: Tensor  # (A*k, 1 + t) <s> and the t tokens so far
-    alpha: Tensor | None  # (A*k, t, S) their attention weights; None without attention
-    state: DecoderState  # (A*k, ...) after the last token
-
-    def select(self, keep: Tensor | None, rows: Tensor, y: Tensor, scores: Tensor) -> Beam:
-        """The next step's beam: sentences `keep` (A',) (None: all), each continuing its
-        rows `rows` (A, K) by the tokens y (A, K), with log-probabilities `scores` (A, K)."""
-        if keep is not None:
-            rows, y, scores = rows[keep], y[keep], scores[keep]  # (A', K)
-            self = self._replace(
-                sent=self.sent[keep], limit=self.limit[keep], enc=self.enc.index_select(keep)
-            )
-        rows = rows.view(-1)  # (A'*K,)
-        return self._replace(
-            scores=scores,
-            tokens=torch.cat([self.tokens.index_select(0, rows), y.view(-1, 1)], 1),
-            alpha=None if self.alpha is None else self.alpha.index_select(0, rows),
-            state=self.state.index_select(rows),
-        )
 
 
 @torch.no_grad()
@@ -173,16 +185,7 @@ def beam_search(
     `nbest` best finished hypotheses per sentence.
     """
     B, K, device = src.size(0), beam, src.device
-    enc = model.encode(src, src_len)
-    live = Beam(
-        sent=torch.arange(B, device=device),
-        limit=max_lengths(src_len, max_ratio),
-        enc=enc,
-        scores=torch.zeros(B, 1, device=device),  # k = 1 live hypothesis, <s>, at the start
-        tokens=torch.full((B, 1), BOS, dtype=torch.long, device=device),
-        alpha=None if model.decoder.score is None else torch.zeros(B, 0, src.size(1), device=device),
-        state=model.decoder.init_state(enc),
-    )
+    live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
@@ -193,18 +196,13 @@ def beam_search(
         cand_scores, cand_beams, cand_j = beam_step(live.scores, logp.view(A, k, n), 2 * K)  # (A, <= 2K)
         cand_tokens = tokens.view(A, k * n).gather(1, cand_beams * n + cand_j)
         cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend
-        if live.alpha is not None:
-            live = live._replace(alpha=torch.cat([live.alpha, out.alpha[:, -1:].float()], 1))
+        live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
 
         # 1) candidates ending with </s> within the top K become finished hypotheses
         ends = (cand_tokens[:, :K] == EOS) & torch.isfinite(cand_scores[:, :K])
         for a, j in ends.nonzero().tolist():
-            b, row = int(live.sent[a]), int(cand_rows[a, j])
-            seq = live.tokens[row, 1:].tolist()
-            logprob = float(cand_scores[a, j])
-            alpha = None if live.alpha is None else live.alpha[row, : len(seq), : int(src_len[b])].cpu()
-            score = logprob / lp(len(seq) + 1, length_penalty)
-            finished[b].append(Hypothesis(seq, score, logprob, alpha))
+            hyp = live.finish(int(cand_rows[a, j]), float(cand_scores[a, j]), src_len, length_penalty)
+            finished[int(live.sent[a])].append(hyp)
 
         # 2) the K best candidates that do not end become the live hypotheses
         going_on = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
@@ -217,7 +215,7 @@ def beam_search(
         if done.all():
             break
         keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
-        live = live._replace(state=out.state).select(keep, rows, y, scores)
+        live = live.select(keep, rows, y, scores)
     return [sorted(f, key=lambda h: -h.score)[:nbest] for f in finished]
 
 
