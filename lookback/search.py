@@ -217,18 +217,3 @@ def beam_search(
         keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
         live = live.select(keep, rows, y, scores)
     return [sorted(f, key=lambda h: -h.score)[:nbest] for f in finished]
-
-
-def translate_batch(
-    model: Seq2Seq,
-    src: Tensor,
-    src_len: Tensor,
-    beam: int = 1,
-    nbest: int = 1,
-    length_penalty: float = 1.0,
-    max_ratio: float = 2.0,
-) -> list[list[Hypothesis]]:
-    """Greedy for beam 1 with one hypothesis, beam search otherwise."""
-    if beam == 1 and nbest == 1:
-        return [[h] for h in greedy(model, src, src_len, max_ratio)]
-    return beam_search(model, src, src_len, beam, nbest, length_penalty, max_ratio)

@@ -20,7 +20,7 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .config import Config, DecodeConfig, from_dict
 from .device import autocast, check_precision
 from .model import Seq2Seq, build_model
-from .search import Hypothesis, translate_batch
+from .search import Hypothesis, beam_search, greedy
 from .tokenizer import Tokenizer, load_tokenizers
 
 logger = logging.getLogger(__name__)
@@ -114,16 +114,12 @@ class Translator:
         for start in range(0, len(order), self.decode.batch_size):
             chunk = order[start : start + self.decode.batch_size]  # similar lengths together
             src, src_len = pad([ids[i] for i in chunk])
+            src, src_len, ratio = src.to(self.device), src_len.to(self.device), self.decode.max_ratio
             with autocast(self.device, self.precision):
-                hyps = translate_batch(
-                    self.model,
-                    src.to(self.device),
-                    src_len.to(self.device),
-                    beam,
-                    nbest,
-                    length_penalty,
-                    self.decode.max_ratio,
-                )
+                if beam == 1 and nbest == 1:
+                    hyps = [[h] for h in greedy(self.model, src, src_len, ratio)]
+                else:
+                    hyps = beam_search(self.model, src, src_len, beam, nbest, length_penalty, ratio)
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
         self._warn(
