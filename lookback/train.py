@@ -8,7 +8,7 @@ says so. Each concern has a unit of its own, which the loop calls in one line:
     UpdatePlan (batch.py)     which batches each update takes; the data position
     RunDir (checkpoint.py)    best/last/prev checkpoints, metrics.jsonl, disk checks
     Ranks (distributed.py)    torchrun's processes: who writes, how they agree
-    stop_reason, stop_signals the stopping rules; SIGINT/SIGTERM between updates
+    progress.py               Progress; the stopping rules; SIGINT/SIGTERM between updates
 
 `resume=True` continues from last.pt exactly: weights, optimiser, scheduler,
 RNG and the position in the data, so a resumed run ends where an
@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
-from dataclasses import asdict, dataclass
+from contextlib import closing
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,68 +32,20 @@ from tqdm import tqdm
 from . import distributed
 from .batch import Batch, UpdatePlan, collate, encode_corpus, token_batches
 from .checkpoint import RunDir
-from .config import Config, TrainConfig, save_config
+from .config import Config, save_config
 from .data import read_parallel
 from .device import autocast, check_precision, describe, resolve_device
 from .evaluate import score
 from .model import Seq2Seq, build_model, count_parameters
+from .progress import Progress, Window, stop_reason, stop_signals
 from .tokenizer import load_tokenizers, train_tokenizers
 from .translator import Translator
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint."""
-
-    step: int = 0  # updates done
-    epoch: int = 0  # the pass over the data that the next update comes from
-    batch: int = 0  # planned batches of this epoch already done, by all ranks together
-    best_bleu: float = -1.0  # best validation BLEU so far
-    bad_validations: int = 0  # validations since the best, for early stopping
-    seconds: float = 0.0  # training time so far, across resumes
-    done: bool = False  # a stopping rule has fired
-    skipped: int = 0  # updates skipped for a NaN or infinite loss (train.nonfinite: skip)
-
-
 class NonFiniteLoss(ValueError):
     """A NaN or infinite loss with train.nonfinite: stop; one line."""
-
-
-def stop_reason(cfg: TrainConfig, p: Progress) -> str | None:
-    """Why training stops now, or None: the one home of the stopping rules.
-    A resumed run given a larger budget goes on."""
-    if cfg.max_steps and p.step >= cfg.max_steps:
-        return f"train.max_steps {cfg.max_steps} reached"
-    if p.epoch >= cfg.max_epochs:
-        return f"train.max_epochs {cfg.max_epochs} done"
-    if cfg.early_stopping and p.bad_validations >= cfg.early_stopping:
-        return f"early stopping: no better validation BLEU in {p.bad_validations} validations"
-    if cfg.time_limit and p.seconds >= cfg.time_limit * 60:
-        return f"time limit of {cfg.time_limit:g} minutes reached"
-    return None
-
-
-@contextmanager
-def stop_signals() -> Iterator[list[str]]:
-    """Within `with`: SIGINT (Ctrl-C) or SIGTERM asks training to stop after the current update,
-    with a checkpoint; a second one stops at once, without (last.pt is then the one before).
-    Yields the names of the signals caught."""
-    caught: list[str] = []
-
-    def catch(signum: int, frame: Any) -> None:
-        if caught:
-            raise KeyboardInterrupt
-        caught.append(signal.Signals(signum).name)
-
-    main = threading.current_thread() is threading.main_thread()  # only it receives signals
-    old = {s: signal.signal(s, catch) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
-    try:
-        yield caught
-    finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
 
 
 class Trainer:
@@ -366,21 +315,6 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         p = self.progress
         logger.info("resumed from step %d (epoch %d, batch %d)", p.step, p.epoch, p.batch)
-
-
-@dataclass
-class Window:
-    """What the updates since the last log line did."""
-
-    loss: float = 0.0  # summed loss of the finite updates
-    tokens: int = 0  # their target tokens
-    seconds: float = 0.0  # time spent in updates: validation pauses do not count
-
-    def add(self, loss: float, batches: list[Batch], seconds: float) -> None:
-        self.seconds += seconds
-        if math.isfinite(loss):  # a skipped update (train.nonfinite) is not logged
-            self.loss += loss
-            self.tokens += sum(b.n_tokens for b in batches)
 
 
 def set_threads(n: int) -> None:

@@ -15,7 +15,8 @@ from lookback.batch import UpdatePlan
 from lookback.checkpoint import RunDir, load_checkpoint
 from lookback.config import ConfigError, TrainConfig, from_dict
 from lookback.distributed import Ranks
-from lookback.train import Progress, Trainer, stop_reason, stop_signals
+from lookback.progress import Progress, stop_reason, stop_signals
+from lookback.train import Trainer
 
 from .helpers import tiny_train_config
 

@@ -1,0 +1,84 @@
+"""Where training stands, and when it stops.
+
+`Progress` is saved in every checkpoint; `stop_reason` is the one home of
+the stopping rules; `stop_signals` turns SIGINT and SIGTERM into a request
+to stop between updates; `Window` gathers what the updates since the last
+log line did.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .batch import Batch
+from .config import TrainConfig
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # the pass over the data that the next update comes from
+    batch: int = 0  # planned batches of this epoch already done, by all ranks together
+    best_bleu: float = -1.0  # best validation BLEU so far
+    bad_validations: int = 0  # validations since the best, for early stopping
+    seconds: float = 0.0  # training time so far, across resumes
+    done: bool = False  # a stopping rule has fired
+    skipped: int = 0  # updates skipped for a NaN or infinite loss (train.nonfinite: skip)
+
+
+def stop_reason(cfg: TrainConfig, p: Progress) -> str | None:
+    """Why training stops now, or None: the one home of the stopping rules.
+    A resumed run given a larger budget goes on."""
+    if cfg.max_steps and p.step >= cfg.max_steps:
+        return f"train.max_steps {cfg.max_steps} reached"
+    if p.epoch >= cfg.max_epochs:
+        return f"train.max_epochs {cfg.max_epochs} done"
+    if cfg.early_stopping and p.bad_validations >= cfg.early_stopping:
+        return f"early stopping: no better validation BLEU in {p.bad_validations} validations"
+    if cfg.time_limit and p.seconds >= cfg.time_limit * 60:
+        return f"time limit of {cfg.time_limit:g} minutes reached"
+    return None
+
+
+@contextmanager
+def stop_signals() -> Iterator[list[str]]:
+    """Within `with`: SIGINT (Ctrl-C) or SIGTERM asks training to stop after the current update,
+    with a checkpoint; a second one stops at once, without (last.pt is then the one before).
+    Yields the names of the signals caught."""
+    caught: list[str] = []
+
+    def catch(signum: int, frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signal.Signals(signum).name)
+
+    main = threading.current_thread() is threading.main_thread()  # only it receives signals
+    old = {s: signal.signal(s, catch) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield caught
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+@dataclass
+class Window:
+    """What the updates since the last log line did."""
+
+    loss: float = 0.0  # summed loss of the finite updates
+    tokens: int = 0  # their target tokens
+    seconds: float = 0.0  # time spent in updates: validation pauses do not count
+
+    def add(self, loss: float, batches: list[Batch], seconds: float) -> None:
+        self.seconds += seconds
+        if math.isfinite(loss):  # a skipped update (train.nonfinite) is not logged
+            self.loss += loss
+            self.tokens += sum(b.n_tokens for b in batches)
