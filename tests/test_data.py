@@ -19,16 +19,15 @@ import yaml
 from lookback import data
 from lookback.data import DataError, concat_pairs, multi30k_dir, multi30k_paths, read_lines, read_parallel
 
-from .helpers import tiny_train_config
+from .helpers import require, tiny_train_config
 
 SHARED_MULTI30K = Path("/work/shared/data/multi30k")
 
 
 def _real_multi30k() -> Path:
-    """The folder with the real Multi30k files ($LOOKBACK_MULTI30K in CI); skip if absent."""
+    """The folder with the real Multi30k files ($LOOKBACK_MULTI30K in CI); skip if absent, fail under CI."""
     folder = Path(os.environ.get("LOOKBACK_MULTI30K") or SHARED_MULTI30K)
-    if not (folder / "val.en.gz").exists():
-        pytest.skip(f"no Multi30k files in {folder}")
+    require((folder / "val.en.gz").exists(), f"no Multi30k files in {folder} (set $LOOKBACK_MULTI30K)")
     return folder
 
 

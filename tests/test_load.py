@@ -16,7 +16,7 @@ from bench.loadtest import Server, run_load, still_answers
 from lookback.config import from_dict
 from lookback.train import train
 
-from .helpers import tiny_train_config, toy_pairs
+from .helpers import require, tiny_train_config, toy_pairs
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,7 @@ def _listening_addresses(port: int) -> set[str]:
 
 def test_the_default_bind_is_loopback_only(server):
     s, _ = server
-    if not Path("/proc/net/tcp").exists():
-        pytest.skip("no /proc/net/tcp to read listening sockets from")
+    require(Path("/proc/net/tcp").exists(), "no /proc/net/tcp to read listening sockets from")
     assert _listening_addresses(s.port) == {"127.0.0.1"}
 
 
