@@ -14,7 +14,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,38 +34,71 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
 
 
+def ranged(default: Any, test: Callable[[Any], bool], expected: str) -> Any:
+    """A field with a range check: a value of the right type that fails `test` is a problem
+    that says `expected` (checked after the types, so that `test` sees the right type)."""
+    return field(default=default, metadata={"check": (test, expected)})
+
+
+def at_least(default: int | float, lo: int) -> Any:
+    """An integer (or a number, by the default's type) >= lo."""
+    kind = "an integer" if isinstance(default, int) else "a number"
+    return ranged(default, lambda v: v >= lo, f"{kind} >= {lo}")
+
+
+def nonempty(default: str, what: str = "") -> Any:
+    """A string with more than white space; `what` names what it is."""
+    expected = f"{what} (a non-empty string)" if what else "a non-empty string"
+    return ranged(default, lambda v: bool(v.strip()), expected)
+
+
+def required(kind: type = str, check: tuple[Callable[[Any], bool], str] | None = None) -> Any:
+    """A field that must be given, and not empty; `check` as in `ranged`."""
+    return field(
+        default_factory=kind, metadata={"required": True, "check": check} if check else {"required": True}
+    )
+
+
+_POSITIVE = (lambda v: v > 0, "a number > 0")
+_FRACTION = (lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
+_OPEN_FRACTION = (lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
+_SEED = (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)")  # what every RNG accepts
+_THREADS = (lambda v: 0 <= v <= 1024, "an integer in [0, 1024]")  # torch overflows above 2**31
+_CORPUS = "a corpus spec"
+
+
 @dataclass
 class DataConfig:
-    src_lang: str = "en"  # source language code, the suffix of plain-text files
-    tgt_lang: str = "fr"  # target language code
-    train: str = "multi30k:train"  # corpus spec: multi30k:SPLIT, a .tsv file, or a path prefix
-    valid: str = "multi30k:val"  # validation corpus spec
-    test: str = "multi30k:test_2016_flickr"  # default test corpus for `lookback evaluate`
+    src_lang: str = nonempty("en")  # source language code, the suffix of plain-text files
+    tgt_lang: str = nonempty("fr")  # target language code
+    train: str = nonempty("multi30k:train", _CORPUS)  # multi30k:SPLIT, a .tsv file, or a path prefix
+    valid: str = nonempty("multi30k:val", _CORPUS)  # validation corpus spec
+    test: str = nonempty("multi30k:test_2016_flickr", _CORPUS)  # default test corpus for `lookback evaluate`
     multi30k_dir: str | None = None  # Multi30k files; else $LOOKBACK_MULTI30K, else download to cache
-    max_len: int = 100  # training pairs longer than this (in tokens, either side) are skipped
+    max_len: int = at_least(100, 1)  # training pairs longer than this (in tokens, either side) are skipped
 
 
 @dataclass
 class TokenizerConfig:
     kind: Literal["sentencepiece", "word"] = "sentencepiece"  # subwords, or Moses words (teaching)
     model_type: Literal["unigram", "bpe"] = "unigram"  # SentencePiece algorithm
-    vocab_size: int = 8000  # pieces per vocabulary (word: most frequent words kept)
+    vocab_size: int = at_least(8000, 8)  # pieces per vocabulary (word: most frequent words kept)
     joint: bool = True  # one vocabulary shared by source and target
-    min_freq: int = 1  # word tokenizer: rarer words become <unk>
+    min_freq: int = at_least(1, 1)  # word tokenizer: rarer words become <unk>
 
 
 @dataclass
 class ModelConfig:
     cell: Literal["rnn", "gru", "lstm"] = "gru"  # recurrent cell of encoder and decoder
-    emb_size: int = 256  # embedding size, source and target
-    hidden_size: int = 256  # encoder hidden size per direction
-    dec_hidden_size: int = 256  # decoder hidden size (s)
-    enc_layers: int = 1  # stacked encoder layers
-    dec_layers: int = 1  # stacked decoder layers
+    emb_size: int = at_least(256, 1)  # embedding size, source and target
+    hidden_size: int = at_least(256, 1)  # encoder hidden size per direction
+    dec_hidden_size: int = at_least(256, 1)  # decoder hidden size (s)
+    enc_layers: int = at_least(1, 1)  # stacked encoder layers
+    dec_layers: int = at_least(1, 1)  # stacked decoder layers
     bidirectional: bool = True  # encoder reads both ways; h_i = [fwd_i; bwd_i]
-    dropout: float = 0.3  # on embeddings, between layers and before the output layer
+    dropout: float = ranged(0.3, *_FRACTION)  # on embeddings, between layers and before the output layer
     attention: Literal["none", "dot", "general", "additive"] = "additive"  # score(s, h)
-    attention_size: int = 256  # additive attention: size of W s + U h
+    attention_size: int = at_least(256, 1)  # additive attention: size of W s + U h
     context: Literal["final", "mean"] = "final"  # attention none: c = final state, or mean of h
     attend_from: Literal["current", "previous"] = "current"  # query s_t (Luong) or s_{t-1} (Bahdanau)
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
@@ -79,37 +112,43 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    run_dir: str = "runs/default"  # everything a run writes goes here
-    seed: int = 1  # seeds initialisation, dropout and batch order
-    max_tokens: int = 2000  # batch size in target tokens (padding included)
-    accumulate: int = 1  # batches summed into one update, per process: a bigger batch, same memory
+    run_dir: str = nonempty("runs/default", "a directory")  # everything a run writes goes here
+    seed: int = ranged(1, *_SEED)  # seeds initialisation, dropout and batch order
+    max_tokens: int = at_least(2000, 1)  # batch size in target tokens (padding included)
+    accumulate: int = at_least(1, 1)  # batches summed per update, per process: a bigger batch, same memory
     nonfinite: Literal["skip", "stop"] = "skip"  # a NaN/inf loss: skip the update (counted), or stop
-    max_steps: int = 0  # stop after this many updates (0: no limit)
-    max_epochs: int = 30  # stop after this many passes over the data
-    time_limit: float = 0.0  # stop after this many minutes of training (0: no limit)
-    lr: float = 1e-3  # Adam learning rate
-    clip: float = 1.0  # gradient norm clipping (0: off)
-    label_smoothing: float = 0.0  # epsilon of the cross-entropy
-    lr_factor: float = 0.5  # ReduceLROnPlateau: multiply lr by this ...
-    lr_patience: int = 2  # ... after this many validations without a better BLEU
-    min_lr: float = 1e-5  # never below this
-    valid_every: int = 500  # validate every this many updates
-    valid_sample: int = 3  # translations printed at each validation
-    early_stopping: int = 8  # stop after this many validations without a better BLEU (0: off)
-    log_every: int = 50  # write a metrics line every this many updates
-    threads: int = 0  # torch CPU threads (0: all cores)
+    max_steps: int = at_least(0, 0)  # stop after this many updates (0: no limit)
+    max_epochs: int = at_least(30, 1)  # stop after this many passes over the data
+    time_limit: float = at_least(0.0, 0)  # stop after this many minutes of training (0: no limit)
+    lr: float = ranged(1e-3, *_POSITIVE)  # Adam learning rate
+    clip: float = at_least(1.0, 0)  # gradient norm clipping (0: off)
+    label_smoothing: float = ranged(0.0, *_FRACTION)  # epsilon of the cross-entropy
+    lr_factor: float = ranged(0.5, *_OPEN_FRACTION)  # ReduceLROnPlateau: multiply lr by this ...
+    lr_patience: int = at_least(2, 0)  # ... after this many validations without a better BLEU
+    min_lr: float = at_least(1e-5, 0)  # never below this
+    valid_every: int = at_least(500, 1)  # validate every this many updates
+    valid_sample: int = at_least(3, 0)  # translations printed at each validation
+    early_stopping: int = at_least(8, 0)  # stop after this many validations without a better BLEU (0: off)
+    log_every: int = at_least(50, 1)  # write a metrics line every this many updates
+    threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the GPU when torch sees one
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16/fp16: autocast the forward (fp16: GPU only)
 
 
 @dataclass
 class DecodeConfig:
-    beam: int = 5  # beam size (1: greedy)
-    nbest: int = 1  # hypotheses returned per sentence
-    length_penalty: float = 1.0  # alpha of ((5 + len) / 6) ** alpha
-    max_ratio: float = 2.0  # output at most max_ratio * source length + 5 tokens
-    batch_size: int = 64  # sentences translated at once
+    beam: int = at_least(5, 1)  # beam size (1: greedy)
+    nbest: int = at_least(1, 1)  # hypotheses returned per sentence
+    length_penalty: float = at_least(1.0, 0)  # alpha of ((5 + len) / 6) ** alpha
+    max_ratio: float = ranged(2.0, *_POSITIVE)  # output at most max_ratio * source length + 5 tokens
+    batch_size: int = at_least(64, 1)  # sentences translated at once
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16: faster on CPUs with AVX-512 BF16
+
+
+def search_width(beam: int, nbest: int) -> int:
+    """The beam that returns `nbest` hypotheses: `beam`, raised to `nbest` when smaller. The one
+    policy wherever more hypotheses are asked for than the beam holds (CLI, explain, explorer)."""
+    return max(beam, nbest)
 
 
 @dataclass
@@ -122,53 +161,6 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _nonempty(v: str) -> bool:
-    return bool(v.strip())
-
-
-# Ranges checked after types: (dotted key, test, what was expected).
-_RANGES = [
-    ("data.src_lang", _nonempty, "a non-empty string"),
-    ("data.tgt_lang", _nonempty, "a non-empty string"),
-    ("data.train", _nonempty, "a corpus spec (a non-empty string)"),
-    ("data.valid", _nonempty, "a corpus spec (a non-empty string)"),
-    ("data.test", _nonempty, "a corpus spec (a non-empty string)"),
-    ("data.max_len", lambda v: v >= 1, "an integer >= 1"),
-    ("tokenizer.vocab_size", lambda v: v >= 8, "an integer >= 8"),
-    ("tokenizer.min_freq", lambda v: v >= 1, "an integer >= 1"),
-    ("model.emb_size", lambda v: v >= 1, "an integer >= 1"),
-    ("model.hidden_size", lambda v: v >= 1, "an integer >= 1"),
-    ("model.dec_hidden_size", lambda v: v >= 1, "an integer >= 1"),
-    ("model.enc_layers", lambda v: v >= 1, "an integer >= 1"),
-    ("model.dec_layers", lambda v: v >= 1, "an integer >= 1"),
-    ("model.attention_size", lambda v: v >= 1, "an integer >= 1"),
-    ("model.dropout", lambda v: 0.0 <= v < 1.0, "a number in [0, 1)"),
-    ("train.run_dir", _nonempty, "a directory (a non-empty string)"),
-    ("train.seed", lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)"),  # what every RNG accepts
-    ("train.max_tokens", lambda v: v >= 1, "an integer >= 1"),
-    ("train.accumulate", lambda v: v >= 1, "an integer >= 1"),
-    ("train.max_steps", lambda v: v >= 0, "an integer >= 0"),
-    ("train.max_epochs", lambda v: v >= 1, "an integer >= 1"),
-    ("train.time_limit", lambda v: v >= 0, "a number >= 0"),
-    ("train.lr", lambda v: v > 0, "a number > 0"),
-    ("train.clip", lambda v: v >= 0, "a number >= 0"),
-    ("train.label_smoothing", lambda v: 0.0 <= v < 1.0, "a number in [0, 1)"),
-    ("train.lr_factor", lambda v: 0.0 < v < 1.0, "a number in (0, 1)"),
-    ("train.lr_patience", lambda v: v >= 0, "an integer >= 0"),
-    ("train.min_lr", lambda v: v >= 0, "a number >= 0"),
-    ("train.valid_every", lambda v: v >= 1, "an integer >= 1"),
-    ("train.valid_sample", lambda v: v >= 0, "an integer >= 0"),
-    ("train.early_stopping", lambda v: v >= 0, "an integer >= 0"),
-    ("train.log_every", lambda v: v >= 1, "an integer >= 1"),
-    ("train.threads", lambda v: 0 <= v <= 1024, "an integer in [0, 1024]"),  # torch overflows above 2**31
-    ("decode.beam", lambda v: v >= 1, "an integer >= 1"),
-    ("decode.nbest", lambda v: v >= 1, "an integer >= 1"),
-    ("decode.length_penalty", lambda v: v >= 0, "a number >= 0"),
-    ("decode.max_ratio", lambda v: v > 0, "a number > 0"),
-    ("decode.batch_size", lambda v: v >= 1, "an integer >= 1"),
-]
 
 
 def _show(value: Any, limit: int = 60) -> str:
@@ -194,14 +186,20 @@ def _finite(value: Any) -> float | None:
 def _check_type(value: Any, hint: Any) -> tuple[bool, Any, str]:
     """Return (ok, converted value, expected) for one leaf value against its type hint."""
     origin = typing.get_origin(hint)
+    if hint is Any:
+        return True, value, "anything"
     if origin is Literal:
         choices = typing.get_args(hint)
         return value in choices, value, "one of " + ", ".join(map(str, choices))
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None:
             return True, None, ""
-        return _check_type(value, args[0])
+        results = [_check_type(value, a) for a in typing.get_args(hint) if a is not type(None)]
+        return next((r for r in results if r[0]), results[0])  # the first type that fits
+    if origin is dict:
+        return isinstance(value, dict), value, "a mapping"
+    if origin is list:  # list[str]
+        return isinstance(value, list) and all(isinstance(v, str) for v in value), value, "a list of strings"
     if hint is bool:
         return isinstance(value, bool), value, "true or false"
     if hint is int:
@@ -218,40 +216,74 @@ def _check_type(value: Any, hint: Any) -> tuple[bool, Any, str]:
     raise TypeError(f"unsupported config type {hint}")
 
 
+def _value(hint: Any, value: Any, dotted: str, problems: list[str]) -> Any:
+    """`value` checked against `hint`: a dataclass built, a mapping checked entry by entry, a leaf by type."""
+    args = typing.get_args(hint)
+    cls = args[0] if len(args) == 2 and args[1] is type(None) else hint  # X of `X | None`
+    if dataclasses.is_dataclass(cls):
+        return None if value is None and cls is not hint else _build(cls, value, dotted, problems)
+    if typing.get_origin(hint) is dict and isinstance(value, dict):
+        item = typing.get_args(hint)[1]
+        return {str(k): _value(item, v, f"{dotted}.{_shown(k)}", problems) for k, v in value.items()}
+    ok, converted, expected = _check_type(value, hint)
+    if not ok:
+        problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
+    return converted
+
+
+def _shown(key: Any) -> str:
+    return key if isinstance(key, str) and key.isprintable() else _show(key)
+
+
 def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
     """Build dataclass `cls` from a mapping, appending problems instead of raising."""
     obj = cls()
-    if raw is None:
-        return obj
-    if not isinstance(raw, dict):
+    if raw is not None and not isinstance(raw, dict):
         problems.append(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
         return obj
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key, value in raw.items():
-        shown = key if isinstance(key, str) and key.isprintable() else _show(key)
-        dotted = f"{prefix}.{shown}" if prefix else shown
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    for key, value in (raw or {}).items():
+        dotted = f"{prefix}.{_shown(key)}" if prefix else _shown(key)
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(names)})"
             problems.append(f"{dotted}: unknown key{hint}")
-            continue
-        if dataclasses.is_dataclass(hints[key]):
-            setattr(obj, key, _build(hints[key], value, dotted, problems))
-            continue
-        ok, converted, expected = _check_type(value, hints[key])
-        if ok:
-            setattr(obj, key, converted)
         else:
-            problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
+            setattr(obj, key, _value(hints[key], value, dotted, problems))
+    for f in fields:  # a required key: given and not empty
+        if f.metadata.get("required") and not (raw or {}).get(f.name):
+            problems.append(f"{prefix + '.' if prefix else ''}{f.name}: required, but missing or empty")
     return obj
 
 
-def _get(cfg: Config, dotted: str) -> Any:
-    value: Any = cfg
-    for part in dotted.split("."):
-        value = getattr(value, part)
-    return value
+def _check_ranges(obj: Any, prefix: str, problems: list[str]) -> None:
+    """Append the range problem of every field with a check, in field order; a key with a problem
+    already (a wrong type) is not checked again."""
+    for f in dataclasses.fields(obj):
+        value, dotted = getattr(obj, f.name), f"{prefix}.{f.name}" if prefix else f.name
+        if dataclasses.is_dataclass(value):
+            _check_ranges(value, dotted, problems)
+        elif "check" in f.metadata and not any(p.startswith(dotted + ":") for p in problems):
+            test, expected = f.metadata["check"]
+            if not test(value):
+                problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
+
+
+def build(
+    cls: type, raw: Any, source: str = "config", cross: Callable[[Any], list[str]] | None = None
+) -> Any:
+    """Build and validate dataclass `cls` from a mapping; raise ConfigError listing every problem in
+    `source`, one per line. `cross` (problems that involve several keys) runs once the keys are fine."""
+    problems: list[str] = []
+    obj = _build(cls, raw, "", problems)
+    _check_ranges(obj, "", problems)
+    if not problems and cross is not None:
+        problems = cross(obj)
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
+    return obj
 
 
 def _cross_checks(cfg: Config) -> list[str]:
@@ -276,17 +308,7 @@ def _cross_checks(cfg: Config) -> list[str]:
 
 def from_dict(raw: Any, source: str = "config") -> Config:
     """Build and validate a Config; raise ConfigError listing every problem in `source`."""
-    problems: list[str] = []
-    cfg = _build(Config, raw, "", problems)
-    for dotted, test, expected in _RANGES:
-        value = _get(cfg, dotted)
-        if not any(p.startswith(dotted + ":") for p in problems) and not test(value):
-            problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
-    if not problems:
-        problems = _cross_checks(cfg)
-    if problems:
-        raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
-    return cfg
+    return build(Config, raw, source, _cross_checks)
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -327,7 +349,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_yaml(path: str | Path) -> Any:
+def read_yaml(path: str | Path) -> Any:
     """The YAML document in `path`; every way of failing is a one-line ConfigError naming the file."""
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -347,7 +369,7 @@ def _read_yaml(path: str | Path) -> Any:
         elif getattr(exc, "position", None) is not None:  # a ReaderError: a character YAML refuses
             line = text.count("\n", 0, exc.position) + 1
             where = f":{line}"
-        reason = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        reason = getattr(exc, "problem", None) or first_line(exc)
         raise ConfigError(f"{path}{where}: not valid YAML ({reason})") from None
     except RecursionError:  # thousands of nested brackets
         raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
@@ -361,7 +383,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
     source = "config"
     if path is not None:
         source = str(path)
-        raw = _read_yaml(path)
+        raw = read_yaml(path)
         if raw is None:  # an empty file: all defaults
             raw = {}
         if not isinstance(raw, dict):
