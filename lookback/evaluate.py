@@ -69,25 +69,32 @@ def score(hyps: list[str], refs: list[str], tgt_lang: str) -> Scores:
 
 
 def bucket_of(n_words: int) -> str:
-    """The source-length bucket label of a sentence with n_words words, e.g. '11-20'."""
+    """The source-length bucket label of a sentence with n_words words, e.g. '11-20' or '61+'."""
     for lo, hi in BUCKETS:
         if hi is None or n_words <= hi:
-            return f"{lo}-{hi}" if hi is not None else f"{lo - 1}+"
+            return f"{lo}-{hi}" if hi is not None else f"{lo}+"
     raise AssertionError("unreachable")
 
 
+def group_by_length(srcs: list[str]) -> dict[str, list[int]]:
+    """The indices of the sentences in each source-length bucket (words split on whitespace),
+    buckets in order from short to long; empty buckets are left out."""
+    groups: dict[str, list[int]] = {bucket_of(lo): [] for lo, _ in BUCKETS}
+    for i, s in enumerate(srcs):
+        groups[bucket_of(len(s.split()))].append(i)
+    return {label: idx for label, idx in groups.items() if idx}
+
+
 def bleu_by_length(srcs: list[str], hyps: list[str], refs: list[str]) -> dict[str, dict]:
-    """sacreBLEU per source-length bucket (words split on whitespace), as in the notes' table."""
-    groups: dict[str, tuple[list[str], list[str]]] = {}
-    for s, h, r in zip(srcs, hyps, refs, strict=True):
-        hs, rs = groups.setdefault(bucket_of(len(s.split())), ([], []))
-        hs.append(h)
-        rs.append(r)
-    order = [bucket_of(lo) for lo, _ in BUCKETS]
+    """sacreBLEU per source-length bucket, as in the notes' table."""
+    if not len(srcs) == len(hyps) == len(refs):
+        raise ValueError(f"{len(srcs)} sources, {len(hyps)} hypotheses and {len(refs)} references")
     return {
-        k: {"sentences": len(groups[k][0]), "bleu": sacrebleu.corpus_bleu(groups[k][0], [groups[k][1]]).score}
-        for k in order
-        if k in groups
+        label: {
+            "sentences": len(idx),
+            "bleu": sacrebleu.corpus_bleu([hyps[i] for i in idx], [[refs[i] for i in idx]]).score,
+        }
+        for label, idx in group_by_length(srcs).items()
     }
 
 

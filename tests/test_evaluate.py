@@ -2,7 +2,14 @@
 
 import pytest
 
-from lookback.evaluate import bleu_by_length, bucket_of, moses_lower, score, sequence_accuracy
+from lookback.evaluate import (
+    bleu_by_length,
+    bucket_of,
+    group_by_length,
+    moses_lower,
+    score,
+    sequence_accuracy,
+)
 
 
 def test_perfect_and_wrong_translations():
@@ -29,13 +36,22 @@ def test_length_buckets_by_hand():
         "31-40",
         "41-60",
         "41-60",
-        "60+",
-        "60+",
+        "61+",  # 61 words and up: the label says so
+        "61+",
     ]
     srcs = ["a b", "a " * 15, "c d e"]
-    result = bleu_by_length(srcs, ["x y", "z", "c d e"], ["x y", "w", "c d e"])
+    result = bleu_by_length(srcs, ["x y z v", "z", "c d e f"], ["x y z v", "w", "c d e f"])
     assert list(result) == ["1-10", "11-20"]
     assert result["1-10"]["sentences"] == 2 and result["11-20"]["sentences"] == 1
+    assert result["1-10"]["bleu"] == pytest.approx(100.0) and result["11-20"]["bleu"] == 0.0
+    with pytest.raises(ValueError, match="3 sources, 2 hypotheses and 3 references"):
+        bleu_by_length(srcs, ["x", "y"], ["x", "y", "z"])
+
+
+def test_group_by_length_keeps_the_buckets_in_order_and_each_index_once():
+    srcs = ["w " * 61, "w " * 60, "w", "w " * 11, "w " * 10, "w " * 200]
+    assert group_by_length(srcs) == {"1-10": [2, 4], "11-20": [3], "41-60": [1], "61+": [0, 5]}
+    assert group_by_length([]) == {}
 
 
 def test_mismatched_counts_are_an_error():
