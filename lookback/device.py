@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .distributed import threads_per_process
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # oneDNN keeps a compiled kernel, with its own copy of the weights in bf16, for every
@@ -60,3 +62,10 @@ def describe(device: torch.device, precision: str) -> str:
     else:
         where = f"cpu ({cpu_name()}, {torch.get_num_threads()} threads)"
     return f"device: {where}; precision: {precision}"
+
+
+def set_threads(n: int) -> None:
+    """train.threads, per process; 0 under torchrun shares this machine's cores among its processes."""
+    n = n or threads_per_process()
+    if n:
+        torch.set_num_threads(n)

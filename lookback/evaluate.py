@@ -14,7 +14,11 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import sacrebleu
+import torch
 from sacremoses import MosesTokenizer
+
+from .batch import collate, token_batches
+from .model import Seq2Seq
 
 BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, None))  # source words
 
@@ -106,3 +110,18 @@ def sequence_accuracy(hyps: list[str], refs: list[str]) -> float:
         return 0.0
     exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs, strict=True))
     return 100.0 * exact / len(refs)
+
+
+@torch.no_grad()
+def validation_loss(
+    model: Seq2Seq, pairs: list[tuple[list[int], list[int]]], max_tokens: int, device
+) -> float:
+    """Mean cross-entropy per target token of `model` on (source ids, target ids) pairs,
+    in batches of `max_tokens`."""
+    model.eval()
+    total, tokens = 0.0, 0
+    for idx in token_batches([(len(s), len(t)) for s, t in pairs], max_tokens):
+        batch = collate([pairs[i] for i in idx]).to(device)
+        total += float(model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out))
+        tokens += batch.n_tokens
+    return total / tokens

@@ -30,12 +30,12 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from tqdm import tqdm
 
 from . import distributed
-from .batch import Batch, UpdatePlan, collate, encode_corpus, token_batches
+from .batch import Batch, UpdatePlan, encode_corpus, token_batches
 from .checkpoint import RunDir
 from .config import Config, save_config
 from .data import read_parallel
-from .device import autocast, check_precision, describe, resolve_device
-from .evaluate import score
+from .device import autocast, check_precision, describe, resolve_device, set_threads
+from .evaluate import score, validation_loss
 from .model import Seq2Seq, build_model, count_parameters
 from .progress import Progress, Window, stop_reason, stop_signals
 from .tokenizer import load_tokenizers, train_tokenizers
@@ -230,18 +230,6 @@ class Trainer:
 
     # -- validation and checkpoints ---------------------------------------------
 
-    @torch.no_grad()
-    def validation_loss(self) -> float:
-        """Mean cross-entropy per target token on the validation set."""
-        self.model.eval()
-        pairs = self.valid_data.pairs
-        total, tokens = 0.0, 0
-        for idx in token_batches([(len(s), len(t)) for s, t in pairs], self.cfg.train.max_tokens):
-            batch = collate([pairs[i] for i in idx]).to(self.device)
-            total += float(self.model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out))
-            tokens += batch.n_tokens
-        return total / tokens
-
     def validate(self) -> None:
         """Validation loss and greedy BLEU (rank 0's, on every rank); the learning-rate schedule,
         the best BLEU and early stopping; metrics and checkpoints."""
@@ -257,7 +245,7 @@ class Trainer:
     def _evaluate(self) -> list[float]:
         """Loss, BLEU, chrF and the seconds they took on the validation set, logged with samples."""
         start, data = time.perf_counter(), self.valid_data
-        loss = self.validation_loss()
+        loss = validation_loss(self.model, data.pairs, self.cfg.train.max_tokens, self.device)
         hyps = [t.text for t in self.translator.translate(data.src, beam=1)]
         s = score(hyps, data.tgt, self.cfg.data.tgt_lang)
         best = "  (best)" if s.bleu > self.progress.best_bleu else ""
@@ -315,13 +303,6 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         p = self.progress
         logger.info("resumed from step %d (epoch %d, batch %d)", p.step, p.epoch, p.batch)
-
-
-def set_threads(n: int) -> None:
-    """train.threads, per process; 0 under torchrun shares this machine's cores among its processes."""
-    n = n or distributed.threads_per_process()
-    if n:
-        torch.set_num_threads(n)
 
 
 def train(cfg: Config, resume: bool = False, accept_changes: bool = False) -> Path:
