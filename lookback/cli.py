@@ -10,8 +10,10 @@
     lookback serve RUN_DIR [RUN_DIR ...] [--port 8000]
     lookback data synth --task reverse --lengths 5-100 --out DIR
 
-Errors that the user can fix print one line and exit with status 2;
-`--debug` shows the traceback instead.
+Every command that loads a model takes the same --checkpoint, --device and
+--precision (and --beam where it searches), and says on stderr where it runs.
+Errors that the user can fix, bad flags included, print one line and exit
+with status 2; `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ import itertools
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from tqdm import tqdm
 
 from .checkpoint import CheckpointError
-from .config import ConfigError, load_config
+from .config import ConfigError, first_line, load_config, search_width
 from .data import DataError
 from .distributed import is_main
-from .synth import add_synth_parser
+from .synth import DEFAULT_SIZES, SPLITS, TASKS, parse_lengths, synth_corpus
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)
 
@@ -39,6 +43,9 @@ class TqdmHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         tqdm.write(self.format(record), file=sys.stderr)
+
+
+# Commands.
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -51,30 +58,25 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def _translator(args: argparse.Namespace):
+    """The model of args.run_dir, on args.device in args.precision; says on stderr where it runs."""
     from .device import describe, resolve_device
     from .translator import Translator
 
-    device = getattr(args, "device", "cpu")
-    if device != "cpu":
-        device = resolve_device(device, "--device")
-    translator = Translator.load(
-        args.run_dir, checkpoint=args.checkpoint, device=device, precision=getattr(args, "precision", None)
-    )
-    if hasattr(args, "device"):  # translate and evaluate say where they run, on stderr
-        print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
+    device = resolve_device(args.device, "--device")
+    translator = Translator.load(args.run_dir, args.checkpoint, device, args.precision)
+    print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
     return translator
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
     translator = _translator(args)
-    nbest = args.nbest or 1
-    beam = max(args.beam or translator.decode.beam, nbest)
+    beam = search_width(args.beam or translator.decode.beam, args.nbest)
 
     def show(lines: list[str], offset: int) -> None:
-        for i, outs in enumerate(translator.translate_nbest(lines, beam, nbest)):
-            if nbest == 1:
+        for i, outs in enumerate(translator.translate_nbest(lines, beam, args.nbest)):
+            if args.nbest == 1:
                 print(outs[0].text, flush=True)
-            for out in outs if nbest > 1 else []:
+            for out in outs if args.nbest > 1 else []:
                 print(f"{offset + i}\t{out.score:.4f}\t{out.text}", flush=True)
 
     if sys.stdin.isatty():
@@ -128,16 +130,20 @@ def cmd_study(args: argparse.Namespace) -> None:
     result = run_study(study, train=not args.evaluate_only, extra=args.set, only=only)
     print(
         f"study {study.name}: {len(result['models'])} models, {len(result['tests'])} test sets, "
-        f"{result['wall_seconds'] / 60:.1f} min; report: {study.out_dir / 'report.md'}"
+        f"{result['wall_seconds'] / 60:.1f} min; report: {Path(study.out_dir) / 'report.md'}"
     )
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
     from .alignment import plot_alignment
 
+    if not args.sentence.strip():
+        raise ValueError("nothing to translate: the sentence is empty")
     translator = _translator(args)
-    beam = max(args.beam, args.hypothesis + 1)
+    beam = search_width(args.beam, args.hypothesis + 1)
     outs = translator.translate_nbest([args.sentence], beam, args.hypothesis + 1)[0]
+    if not outs[0].src_tokens:  # e.g. only control characters: the tokenizer keeps nothing
+        raise ValueError(f"nothing to translate: {args.sentence!r} has no source tokens")
     if args.hypothesis >= len(outs):
         raise ValueError(f"beam {beam} found {len(outs)} hypotheses; there is no number {args.hypothesis}")
     out = outs[args.hypothesis]
@@ -184,23 +190,148 @@ def cmd_neighbours(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    from .device import describe, resolve_device
     from .serve import serve
 
-    serve(args.run_dirs, host=args.host, port=args.port, checkpoint=args.checkpoint, max_chars=args.max_chars)
+    device = resolve_device(args.device, "--device")
+    precision = args.precision or "each run's decode.precision"
+    print(f"lookback: {describe(device, precision)}", file=sys.stderr)
+    serve(
+        args.run_dirs,
+        host=args.host,
+        port=args.port,
+        checkpoint=args.checkpoint,
+        device=str(device),
+        precision=args.precision,
+        max_chars=args.max_chars,
+    )
+
+
+def cmd_synth(args: argparse.Namespace) -> None:
+    sizes = {"train": args.train, "val": args.val, "test": args.test}
+    prefixes = synth_corpus(
+        args.task, Path(args.out), parse_lengths(args.lengths), args.seed, sizes, args.vocab
+    )
+    for split, prefix in prefixes.items():
+        print(f"{split}: {prefix}.src / {prefix}.tgt ({sizes[split]} pairs)")
+    keys = [
+        "tokenizer.kind=word",
+        "data.src_lang=src",
+        "data.tgt_lang=tgt",
+        f"data.train={prefixes['train']}",
+        f"data.valid={prefixes['val']}",
+        f"data.test={prefixes['test']}",
+    ]
+    print("config:", " ".join(f"--set {k}" for k in keys))
+
+
+# The parser.
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors: `lookback COMMAND: error: ...`, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi] (no upper bound when hi is None)."""
+    expected = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # not a number, or one of over 4,300 digits
+            value = None
+        if value is None or value < lo or (hi is not None and value > hi):
+            shown = text if len(text) <= 20 else text[:17] + "..."
+            raise argparse.ArgumentTypeError(f"got {shown!r}, expected {expected}")
+        return value
+
+    return parse
+
+
+positive_int = int_range(1)
+nonnegative_int = int_range(0)
+
+
+def _add_model_flags(
+    p: argparse.ArgumentParser, nargs: str | None = None, beam: bool = True, greedy: bool = False
+) -> None:
+    """The flags of every command that loads a model: its run directory, --checkpoint, --device,
+    --precision and, where it searches, --beam.
+
+    Args:
+        nargs: of the run directory: None (one), "?" (explain --lecture needs none), "+" (serve).
+        beam: add --beam (neighbours does not search).
+        greedy: --beam defaults to 1 rather than to the config's decode.beam.
+    """
+    if nargs == "+":
+        text = "run directories written by `lookback train` (NAME=DIR names one)"
+        p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=text)
+    else:
+        p.add_argument("run_dir", nargs=nargs, help="run directory written by `lookback train`")
+    p.add_argument(
+        "--checkpoint", default="best", choices=("best", "last"), help="which checkpoint (best: else last)"
+    )
+    p.add_argument(
+        "--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: the GPU if torch sees one"
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "fp16"),
+        help="autocast the search (default: the config's decode.precision, fp32)",
+    )
+    if beam:
+        default = "1: greedy" if greedy else "the config's decode.beam"
+        p.add_argument(
+            "--beam", type=positive_int, default=1 if greedy else None, help=f"beam size (default {default})"
+        )
+
+
+def _add_hypothesis(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--hypothesis",
+        type=nonnegative_int,
+        default=0,
+        help="which beam hypothesis, 0 = the best (the beam is raised to hold it)",
+    )
 
 
 def _add_set(p: argparse.ArgumentParser, text: str) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=text)
 
 
-def _add_search(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
-    p.add_argument("--hypothesis", type=int, default=0, help="which beam hypothesis, 0 = the best")
-    p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
+def _add_synth(sub: argparse._SubParsersAction) -> None:
+    """lookback data synth."""
+    data = sub.add_parser("data", help="make corpora")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    p = data_sub.add_parser("synth", help="write a synthetic parallel corpus (copy, reverse, translate)")
+    p.add_argument("--task", required=True, choices=TASKS, help="what the target is made from the source")
+    p.add_argument(
+        "--lengths", required=True, metavar="LO-HI", help="source lengths in words, LO-HI, e.g. 5-100"
+    )
+    p.add_argument(
+        "--seed", type=nonnegative_int, default=1, help="seed of the train split; val and test use seed+1, +2"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for {train,val,test}.{src,tgt}")
+    p.add_argument(
+        "--vocab", type=int_range(2), default=50, metavar="N", help="number of distinct source words"
+    )
+    for split in SPLITS:
+        p.add_argument(
+            f"--{split}",
+            type=nonnegative_int,
+            default=DEFAULT_SIZES[split],
+            metavar="N",
+            help=f"pairs in the {split} split",
+        )
+    p.set_defaults(func=cmd_synth)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lookback", description="RNN encoder-decoder NMT with attention.")
+    parser = Parser(prog="lookback", description="RNN encoder-decoder NMT with attention.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -210,7 +341,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in train.run_dir from last.pt")
     p.set_defaults(func=cmd_train)
 
-    add_synth_parser(sub)  # lookback data synth
+    p = sub.add_parser("translate", help="translate stdin to stdout")
+    _add_model_flags(p)
+    p.add_argument(
+        "--nbest",
+        type=positive_int,
+        default=1,
+        help="print the K best as 'index<TAB>score<TAB>text' (the beam is raised to K if smaller)",
+    )
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("evaluate", help="translate a test set and score it")
+    _add_model_flags(p)
+    p.add_argument("--test", help="corpus spec, e.g. multi30k:test_2016_flickr (default: data.test)")
+    p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
+    p.add_argument("--output", help="write the translations to this file")
+    p.add_argument("--show", type=nonnegative_int, default=3, help="print this many example translations")
+    p.add_argument("--json", action="store_true", help="print scores as JSON, with BLEU by length")
+    p.set_defaults(func=cmd_evaluate)
+
+    _add_synth(sub)  # lookback data synth
 
     p = sub.add_parser("study", help="train and compare models by source length (the bottleneck study)")
     p.add_argument("study", help="study YAML file (see configs/study/)")
@@ -220,68 +370,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("attention", help="plot the alignment matrix of one translation")
-    p.add_argument("run_dir", help="run directory written by `lookback train`")
+    _add_model_flags(p, greedy=True)
     p.add_argument("sentence", help="the source sentence")
     p.add_argument("-o", "--output", required=True, help="image file: .png, .svg or .pdf")
     p.add_argument("--words", action="store_true", help="merge subword pieces into words")
-    _add_search(p)
+    _add_hypothesis(p)
     p.set_defaults(func=cmd_attention)
 
     p = sub.add_parser("explain", help="trace a translation step by step (or --lecture: the notes' examples)")
-    p.add_argument("run_dir", nargs="?", help="run directory written by `lookback train`")
+    _add_model_flags(p, nargs="?", greedy=True)
     p.add_argument("sentence", nargs="?", help="the source sentence")
     p.add_argument("--lecture", action="store_true", help="run the lecture notes' worked examples")
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
-    p.add_argument("--step", type=int, help="show only this output step (from 1)")
-    _add_search(p)
+    p.add_argument("--step", type=positive_int, help="show only this output step (from 1)")
+    _add_hypothesis(p)
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("neighbours", help="nearest words in a learned embedding table")
-    p.add_argument("run_dir", help="run directory written by `lookback train`")
-    p.add_argument("word")
+    _add_model_flags(p, beam=False)
+    p.add_argument("word", help="the word to look up (a word split into pieces: the mean of theirs)")
     p.add_argument("--side", choices=("source", "target"), default="source", help="which embedding table")
-    p.add_argument("-k", type=int, default=10, help="how many neighbours")
-    p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
+    p.add_argument("-k", type=positive_int, default=10, help="how many neighbours")
     p.set_defaults(func=cmd_neighbours)
 
     p = sub.add_parser("serve", help="the web explorer: translations and attention, models side by side")
-    p.add_argument(
-        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to load (NAME=DIR names one)"
-    )
+    _add_model_flags(p, nargs="+", beam=False)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-chars", type=int, default=500, help="longest input sentence accepted")
-    p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
+    p.add_argument("--port", type=int_range(1, 65535), default=8000, help="port to listen on")
+    p.add_argument("--max-chars", type=positive_int, default=500, help="longest input sentence accepted")
     p.set_defaults(func=cmd_serve)
-
-    for name, func, text in (
-        ("translate", cmd_translate, "translate stdin to stdout"),
-        ("evaluate", cmd_evaluate, "translate a test set and score it"),
-    ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("run_dir", help="run directory written by `lookback train`")
-        p.add_argument("--beam", type=int, help="beam size (1: greedy; default: the config's decode.beam)")
-        p.add_argument("--checkpoint", default="best", choices=("best", "last"), help="which checkpoint")
-        p.add_argument(
-            "--device",
-            default="auto",
-            choices=("auto", "cpu", "cuda"),
-            help="auto: the GPU if torch sees one",
-        )
-        p.add_argument(
-            "--precision",
-            choices=("fp32", "bf16", "fp16"),
-            help="autocast the search (default: the config's decode.precision, fp32)",
-        )
-        p.set_defaults(func=func)
-        if name == "translate":
-            p.add_argument("--nbest", type=int, help="print the K best as 'index<TAB>score<TAB>text'")
-        else:
-            p.add_argument("--test", help="corpus spec, e.g. multi30k:test_2016_flickr (default: data.test)")
-            p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
-            p.add_argument("--output", help="write the translations to this file")
-            p.add_argument("--show", type=int, default=3, help="print this many example translations")
-            p.add_argument("--json", action="store_true", help="print scores as JSON, with BLEU by length")
     return parser
 
 
@@ -296,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         if args.debug:
             raise
-        for line in str(exc).splitlines() or [type(exc).__name__]:
+        lines = str(exc).splitlines() if isinstance(exc, ConfigError) else []  # a config: every problem
+        for line in lines or [first_line(exc, limit=1000)]:
             print(f"lookback: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

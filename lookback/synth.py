@@ -27,7 +27,6 @@ one language.
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -170,44 +169,3 @@ def parse_lengths(text: str) -> tuple[int, int]:
     if not 1 <= lengths[0] <= lengths[1]:
         raise ValueError(f"--lengths '{text}': expected 1 <= LO <= HI")
     return lengths
-
-
-def cmd_synth(args: argparse.Namespace) -> None:
-    sizes = {"train": args.train, "val": args.val, "test": args.test}
-    prefixes = synth_corpus(
-        args.task, Path(args.out), parse_lengths(args.lengths), args.seed, sizes, args.vocab
-    )
-    for split, prefix in prefixes.items():
-        print(f"{split}: {prefix}.src / {prefix}.tgt ({sizes[split]} pairs)")
-    keys = [
-        "tokenizer.kind=word",
-        "data.src_lang=src",
-        "data.tgt_lang=tgt",
-        f"data.train={prefixes['train']}",
-        f"data.valid={prefixes['val']}",
-        f"data.test={prefixes['test']}",
-    ]
-    print("config:", " ".join(f"--set {k}" for k in keys))
-
-
-def add_synth_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``data synth`` on the subcommands `sub` of the `lookback` parser."""
-    data = sub.add_parser("data", help="make corpora")
-    data_sub = data.add_subparsers(dest="data_command", required=True)
-    p = data_sub.add_parser("synth", help="write a synthetic parallel corpus (copy, reverse, translate)")
-    p.add_argument("--task", required=True, choices=TASKS, help="what the target is made from the source")
-    p.add_argument(
-        "--lengths", required=True, metavar="LO-HI", help="source lengths in words, LO-HI, e.g. 5-100"
-    )
-    p.add_argument("--seed", type=int, default=1, help="seed of the train split; val and test use seed+1, +2")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for {train,val,test}.{src,tgt}")
-    p.add_argument("--vocab", type=int, default=50, metavar="N", help="number of distinct source words")
-    for split in SPLITS:
-        p.add_argument(
-            f"--{split}",
-            type=int,
-            default=DEFAULT_SIZES[split],
-            metavar="N",
-            help=f"pairs in the {split} split",
-        )
-    p.set_defaults(func=cmd_synth)

@@ -1,5 +1,7 @@
-"""The CLI end to end on a tiny synthetic corpus: train, translate, evaluate, errors."""
+"""The CLI end to end on a tiny synthetic corpus: train, translate, evaluate, errors; every flag's
+help and range."""
 
+import argparse
 import io
 import json
 import subprocess
@@ -9,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from lookback.cli import main
+from lookback.cli import build_parser, main
 
 from .helpers import tiny_train_config
 
@@ -176,3 +178,140 @@ def test_attention_explain_and_neighbours_from_the_cli(run, tmp_path, capsys):
     assert "not in the source vocabulary" in capsys.readouterr().err
     assert main(["explain", str(run_dir)]) == 2
     assert "needs RUN_DIR and a sentence" in capsys.readouterr().err
+
+
+# Flags: help on every one, ranges, the shared model flags, one policy for nbest > beam.
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    """The parser and every subcommand's parser under it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from (p for sub in action.choices.values() for p in _parsers(sub))
+
+
+def test_every_command_and_flag_has_help_and_shows_it():
+    parsers = list(_parsers(build_parser()))
+    assert {p.prog for p in parsers} >= {f"lookback {c}" for c in ("translate", "serve", "data synth")}
+    for parser in parsers:
+        text = parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                assert all(choice.help for choice in action._choices_actions), parser.prog
+                continue
+            assert action.help, f"{parser.prog}: {action.dest} has no help"
+            shown = action.option_strings[0] if action.option_strings else (action.metavar or action.dest)
+            assert shown in text and action.help.split("%")[0][:20] in " ".join(text.split())
+
+
+def test_every_command_that_loads_a_model_shares_its_flags():
+    parsers = {p.prog.removeprefix("lookback "): p for p in _parsers(build_parser())}
+    for name in ("translate", "evaluate", "attention", "explain", "neighbours", "serve"):
+        flags = {a.dest: a for a in parsers[name]._actions}
+        assert {"checkpoint", "device", "precision"} <= set(flags), name
+        assert flags["device"].choices == ("auto", "cpu", "cuda") and flags["checkpoint"].default == "best"
+        assert ("beam" in flags) == (name not in ("neighbours", "serve")), name
+
+
+@pytest.mark.parametrize(
+    "argv, problem",
+    [
+        (["translate", "RUN", "--beam", "0"], "argument --beam: got '0', expected an integer >= 1"),
+        (["translate", "RUN", "--beam", "-3"], "argument --beam: got '-3', expected an integer >= 1"),
+        (["translate", "RUN", "--nbest", "0"], "argument --nbest: got '0', expected an integer >= 1"),
+        (["evaluate", "RUN", "--beam", "two"], "argument --beam: got 'two', expected an integer >= 1"),
+        (["evaluate", "RUN", "--show", "-1"], "argument --show: got '-1', expected an integer >= 0"),
+        (
+            ["attention", "RUN", "s", "-o", "a.png", "--hypothesis", "-1"],
+            "argument --hypothesis: got '-1', expected an integer >= 0",
+        ),
+        (["explain", "RUN", "s", "--step", "0"], "argument --step: got '0', expected an integer >= 1"),
+        (["explain", "RUN", "s", "--beam", "1.5"], "argument --beam: got '1.5', expected an integer >= 1"),
+        (["neighbours", "RUN", "dog", "-k", "0"], "argument -k: got '0', expected an integer >= 1"),
+        (
+            ["serve", "RUN", "--port", "70000"],
+            "argument --port: got '70000', expected an integer in [1, 65535]",
+        ),
+        (["serve", "RUN", "--port", "0"], "argument --port: got '0', expected an integer in [1, 65535]"),
+        (["serve", "RUN", "--max-chars", "0"], "argument --max-chars: got '0', expected an integer >= 1"),
+        (
+            ["translate", "RUN", "--beam", "9" * 5000],
+            "argument --beam: got '99999999999999999...', expected an integer >= 1",
+        ),
+    ],
+)
+def test_numbers_out_of_range_are_one_line_with_exit_status_2(argv, problem, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [f"lookback {argv[0]}: error: {problem}"]
+
+
+def _nbest(run_dir, monkeypatch, capsys, *flags) -> list[list[str]]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees a cat .\n"))
+    assert main(["translate", str(run_dir), *flags]) == 0
+    return [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+
+
+def test_nbest_above_the_beam_raises_the_beam(run, monkeypatch, capsys):
+    """One policy (config.search_width): --nbest 3 with --beam 1 searches with beam 3."""
+    raised = _nbest(run[0], monkeypatch, capsys, "--beam", "1", "--nbest", "3")
+    assert raised == _nbest(run[0], monkeypatch, capsys, "--beam", "3", "--nbest", "3")
+    assert len(raised) == 3
+    (best,) = _nbest(run[0], monkeypatch, capsys, "--beam", "3")
+    assert best == [raised[0][2]]
+    plot = run[0].parent / "third.svg"  # attention --hypothesis 2 needs three hypotheses: beam 3
+    args = ["attention", str(run[0]), "the dog sees a cat .", "-o", str(plot), "--hypothesis", "2"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines() == [raised[2][2], f"alignment: {plot}"]
+
+
+@pytest.mark.parametrize("sentence", ["", "   "])
+def test_attention_to_an_empty_sentence_says_so(run, tmp_path, capsys, sentence):
+    assert main(["attention", str(run[0]), sentence, "-o", str(tmp_path / "a.png")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "lookback: error: nothing to translate: the sentence is empty"
+    ]
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_every_command_that_loads_a_model_says_where_it_runs(run, tmp_path, capsys, monkeypatch):
+    run_dir = str(run[0])
+    for argv in (
+        ["attention", run_dir, "the dog .", "-o", str(tmp_path / "a.svg")],
+        ["explain", run_dir, "the dog ."],
+        ["neighbours", run_dir, "dog", "-k", "2"],
+        ["evaluate", run_dir, "--beam", "1", "--show", "0"],
+    ):
+        assert main([*argv, "--device", "cpu", "--checkpoint", "last"]) == 0
+        err = capsys.readouterr().err
+        assert "lookback: device: cpu (" in err and "precision: fp32" in err, argv[0]
+    import lookback.serve
+
+    seen = {}
+    monkeypatch.setattr(
+        lookback.serve, "serve", lambda run_dirs, **kwargs: seen.update(kwargs, run_dirs=run_dirs)
+    )
+    argv = [
+        "serve",
+        f"tiny={run_dir}",
+        run_dir,
+        "--device",
+        "cpu",
+        "--precision",
+        "bf16",
+        "--checkpoint",
+        "last",
+    ]
+    assert main([*argv, "--port", "8123"]) == 0
+    assert "lookback: device: cpu (" in capsys.readouterr().err
+    assert seen == {
+        "run_dirs": [f"tiny={run_dir}", run_dir],
+        "host": "127.0.0.1",
+        "port": 8123,
+        "checkpoint": "last",
+        "device": "cpu",
+        "precision": "bf16",
+        "max_chars": 500,
+    }

@@ -5,19 +5,18 @@ model with attention learns the task while the same model without attention
 does not.
 """
 
-import argparse
 import time
 from pathlib import Path
 
 import pytest
 
+from lookback.cli import build_parser, main
 from lookback.config import from_dict
 from lookback.data import read_parallel
 from lookback.evaluate import sequence_accuracy
 from lookback.synth import (
     TASKS,
     Language,
-    add_synth_parser,
     language,
     make_pairs,
     parse_lengths,
@@ -137,15 +136,9 @@ def test_parse_lengths_bad(text):
     assert "\n" not in str(info.value)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lookback")
-    add_synth_parser(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
 def test_data_synth_command(tmp_path: Path, capsys):
     out = tmp_path / "rev"
-    args = _parser().parse_args(
+    args = build_parser().parse_args(
         ["data", "synth", "--task", "reverse", "--lengths", "3-5", "--seed", "2", "--out", str(out)]
         + ["--vocab", "8", "--train", "40", "--val", "4", "--test", "6"]
     )
@@ -160,7 +153,7 @@ def test_data_synth_command(tmp_path: Path, capsys):
 
 
 def test_data_synth_command_bad_lengths(tmp_path: Path):
-    args = _parser().parse_args(
+    args = build_parser().parse_args(
         ["data", "synth", "--task", "copy", "--lengths", "5-", "--out", str(tmp_path)]
     )
     with pytest.raises(ValueError, match="^--lengths '5-': expected LO-HI"):
@@ -169,11 +162,32 @@ def test_data_synth_command_bad_lengths(tmp_path: Path):
 
 
 def test_data_synth_help_on_every_flag():
-    data = _parser()._subparsers._group_actions[0].choices["data"]
+    data = build_parser()._subparsers._group_actions[0].choices["data"]
     synth = data._subparsers._group_actions[0].choices["synth"]
     flags = [a for a in synth._actions if a.option_strings and a.dest != "help"]
     assert {a.dest for a in flags} == {"task", "lengths", "seed", "out", "vocab", "train", "val", "test"}
     assert all(a.help for a in flags)
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--seed", "-1", "an integer >= 0"),
+        ("--vocab", "1", "an integer >= 2"),
+        ("--train", "-5", "an integer >= 0"),
+        ("--val", "many", "an integer >= 0"),
+        ("--test", "2.5", "an integer >= 0"),
+    ],
+)
+def test_data_synth_numbers_out_of_range_are_one_line(tmp_path: Path, capsys, flag, value, expected):
+    argv = ["data", "synth", "--task", "copy", "--lengths", "3-5", "--out", str(tmp_path / "c"), flag, value]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"lookback data synth: error: argument {flag}: got {value!r}, expected {expected}"
+    ]
+    assert not (tmp_path / "c").exists()
 
 
 def _reverse_accuracy(attention: str, prefixes: dict[str, Path], run_dir: Path) -> tuple[float, float]:
