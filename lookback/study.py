@@ -30,114 +30,117 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import platform
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
-import yaml
 
-from .checkpoint import load_checkpoint
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, at_least, build, load_config, read_yaml, required, save_config
 from .data import read_parallel
-from .evaluate import BUCKETS, bucket_of, sequence_accuracy
-from .synth import parse_lengths, synth_corpus
+from .device import cpu_name
+from .evaluate import group_by_length, sequence_accuracy
+from .model import count_parameters
+from .synth import TASKS, parse_lengths, synth_corpus
 from .train import Trainer
 from .translator import Translator
 
 logger = logging.getLogger(__name__)
 
-BUCKET_LABELS = [bucket_of(lo) for lo, _ in BUCKETS]
+
+def _lengths_ok(lengths: str | int) -> bool:
+    try:
+        parse_lengths(str(lengths))
+    except ValueError:
+        return False
+    return True
+
+
+_LENGTHS = (_lengths_ok, "LO-HI with 1 <= LO <= HI, such as 5-60, or one length")
+
+
+@dataclass
+class SynthSpec:
+    """A synthetic corpus that the study writes before anything else, unless it is there (lookback.synth)."""
+
+    task: Literal[TASKS] = required()  # what the target is made from the source: copy, reverse, translate
+    lengths: str | int = required(str, _LENGTHS)  # source lengths in words: LO-HI such as 5-60, or one
+    out: str = required()  # folder for {train,val,test}.{src,tgt}
+    seed: int = at_least(1, 0)  # seed of the train split; val and test use seed + 1 and seed + 2
+    vocab: int = at_least(50, 2)  # distinct source words
 
 
 @dataclass
 class Study:
-    name: str
-    path: Path  # the study file; relative paths in it are relative to its folder
-    base: Path  # base config
-    out_dir: Path
-    overrides: list[str] = field(default_factory=list)  # for every model
-    models: dict[str, list[str]] = field(default_factory=dict)  # name -> overrides
-    grid: dict[str, list[str]] = field(default_factory=dict)  # label -> overrides
-    tests: list[str] = field(default_factory=list)
-    beam: int = 1
-    synth: dict[str, Any] | None = None  # a synthetic corpus to write first, if it is missing
+    """A study file, typed and checked as configs are: every problem at once, with did-you-mean."""
+
+    name: str = required()  # the study's name; output goes to studies/NAME unless out_dir says
+    base: str = required()  # base config file, relative to the study file (resolved by load_study)
+    out_dir: str = ""  # where the runs, tables and plots go (default: studies/NAME)
+    set: dict[str, Any] | None = None  # config overrides of every model, e.g. {train.time_limit: 8}
+    models: dict[str, dict[str, Any] | None] = required(dict)  # model name -> its config overrides
+    grid: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # label -> overrides, x every model
+    tests: list[str] = required(list)  # corpus specs of the test sets
+    beam: int = at_least(1, 1)  # beam size of the evaluation (1: greedy)
+    synth: SynthSpec | None = None  # a synthetic corpus to write first, if it is missing
 
     def configs(self, extra: list[str] = (), only: list[str] | None = None) -> dict[str, Config]:
         """One validated config per model (x grid cell), each with its run directory;
-        `only` keeps the named models."""
-        cells = self.grid or {"": []}
-        out = {}
-        for model, model_set in self.models.items():
+        `only` keeps the named models. Every model's problems are reported at once."""
+        unknown = sorted(set(only or []) - set(self.models))
+        if unknown:
+            raise ConfigError(
+                f"study {self.name}: no model named {unknown[0]!r} (models: {', '.join(self.models)})"
+            )
+        out: dict[str, Config] = {}
+        problems: dict[str, list[str]] = {}  # problem -> the models that have it
+        for model in self.models:
             if only and model not in only:
                 continue
-            for label, cell_set in cells.items():
+            for label in self.grid or [""]:
                 name = f"{model}@{label}" if label else model
-                run_dir = self.out_dir / "runs" / name
-                sets = [*self.overrides, *cell_set, *model_set, *extra, f"train.run_dir={run_dir}"]
-                out[name] = load_config(self.base, sets)
+                run_dir = Path(self.out_dir) / "runs" / name
+                cell, own = _as_sets(self.grid.get(label)), _as_sets(self.models[model])
+                sets = [*_as_sets(self.set), *cell, *own, *extra, f"train.run_dir={run_dir}"]
+                try:
+                    out[name] = load_config(self.base, sets)
+                except ConfigError as exc:
+                    for line in str(exc).splitlines():
+                        problems.setdefault(line, []).append(name)
+        if problems:
+            raise ConfigError(
+                "\n".join(f"{line} (in {', '.join(names)})" for line, names in problems.items())
+            )
         return out
 
 
-def _as_sets(value: Any, where: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping of config keys to values")
-    return [f"{k}={json.dumps(v)}" for k, v in value.items()]  # JSON scalars are YAML scalars
+def _as_sets(values: dict[str, Any] | None) -> list[str]:
+    return [f"{k}={json.dumps(v)}" for k, v in (values or {}).items()]  # JSON scalars are YAML scalars
 
 
 def load_study(path: str | Path) -> Study:
-    """Read and check a study file; every problem is one line naming the file and key."""
+    """Read and check a study file and every model config it makes; each problem is one line
+    naming the file and the dotted key, all of them at once."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read study ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    known = {"name", "base", "out_dir", "set", "models", "grid", "tests", "beam", "synth"}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"{path}: unknown study key {unknown[0]!r} (valid: {', '.join(sorted(known))})")
-    for key in ("name", "base", "models", "tests"):
-        if not raw.get(key):
-            raise ConfigError(f"{path}: '{key}' is required")
-    folder = path.parent
-    models = raw["models"]
-    if not isinstance(models, dict):
-        raise ConfigError(f"{path}: models: expected a mapping of model names to overrides")
-    grid = raw.get("grid") or {}
-    tests = raw["tests"] if isinstance(raw["tests"], list) else [raw["tests"]]
-    study = Study(
-        name=str(raw["name"]),
-        path=path,
-        base=folder / raw["base"],
-        out_dir=Path(raw.get("out_dir") or Path("studies") / str(raw["name"])),
-        overrides=_as_sets(raw.get("set"), f"{path}: set"),
-        models={str(k): _as_sets(v, f"{path}: models.{k}") for k, v in models.items()},
-        grid={str(k): _as_sets(v, f"{path}: grid.{k}") for k, v in grid.items()},
-        tests=[str(t) for t in tests],
-        beam=int(raw.get("beam", 1)),
-        synth=raw.get("synth"),
-    )
-    if study.synth is not None and not {"task", "lengths", "out"} <= set(study.synth):
-        raise ConfigError(f"{path}: synth: expected task, lengths and out (and optionally seed, vocab)")
+    raw = read_yaml(path)
+    if isinstance(raw, dict) and isinstance(raw.get("tests"), str):
+        raw["tests"] = [raw["tests"]]  # one test set may be named alone
+    study: Study = build(Study, raw, str(path))
+    study.base = str(path.parent / study.base)
+    study.out_dir = study.out_dir or str(Path("studies") / study.name)
     study.configs()  # validate every model's config now, before any work starts
     return study
 
 
-def _make_synth(spec: dict[str, Any]) -> None:
+def _make_synth(spec: SynthSpec) -> None:
     """Write the study's synthetic corpus unless it is there already."""
-    out = Path(spec["out"])
+    out = Path(spec.out)
     if (out / "test.src").exists():
         return
-    lengths = parse_lengths(str(spec["lengths"]))
-    synth_corpus(spec["task"], out, lengths, int(spec.get("seed", 1)), vocab=int(spec.get("vocab", 50)))
-    logger.info("study: wrote the %s corpus to %s", spec["task"], out)
+    synth_corpus(spec.task, out, parse_lengths(str(spec.lengths)), spec.seed, vocab=spec.vocab)
+    logger.info("study: wrote the %s corpus to %s", spec.task, out)
 
 
 def train_models(configs: dict[str, Config]) -> dict[str, float]:
@@ -145,10 +148,9 @@ def train_models(configs: dict[str, Config]) -> dict[str, float]:
     an interrupted one goes on, and one given a larger budget trains on. Returns seconds each took."""
     seconds = {}
     for name, cfg in configs.items():
-        run_dir = Path(cfg.train.run_dir)
         logger.info("study: %s", name)
-        Trainer(cfg, resume=(run_dir / "last.pt").exists()).train()
-        seconds[name] = load_checkpoint(run_dir / "last.pt")["progress"]["seconds"]
+        progress = Trainer(cfg, resume=(Path(cfg.train.run_dir) / "last.pt").exists()).train()
+        seconds[name] = progress.seconds  # training time across resumes
     return seconds
 
 
@@ -156,14 +158,8 @@ def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam:
     """Per source-length bucket: sentences, BLEU, sequence accuracy, ms per sentence, tokens."""
     import sacrebleu
 
-    groups: dict[str, list[int]] = {}
-    for i, s in enumerate(src):
-        groups.setdefault(bucket_of(len(s.split())), []).append(i)
     out = {}
-    for label in BUCKET_LABELS:
-        if label not in groups:
-            continue
-        idx = groups[label]
+    for label, idx in group_by_length(src).items():
         srcs, refs = [src[i] for i in idx], [ref[i] for i in idx]
         start = time.perf_counter()
         hyps = [t.text for t in translator.translate(srcs, beam=beam)]
@@ -181,7 +177,7 @@ def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam:
 
 def compression_rows(cfg: Config, buckets: dict[str, dict]) -> list[dict]:
     """The notes' compression table for one model: numbers in, numbers kept, their ratio."""
-    kept = cfg.model.hidden_size * (2 if cfg.model.bidirectional else 1)  # size of c
+    kept = cfg.model.enc_out_size  # size of c
     rows = []
     for label, b in buckets.items():
         numbers_in = b["mean_src_tokens"] * cfg.model.emb_size
@@ -209,12 +205,7 @@ def _baseline(name: str, configs: dict[str, Config]) -> str | None:
 
 
 def _device() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.machine()
-    return f"cpu ({name}), {torch.get_num_threads()} threads"
+    return f"cpu ({cpu_name()}), {torch.get_num_threads()} threads"
 
 
 def _slug(spec: str) -> str:
@@ -238,8 +229,7 @@ def _plot(path: Path, results: dict[str, dict[str, dict]], key: str, ylabel: str
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, buckets in results.items():
-        labels = [b for b in BUCKET_LABELS if b in buckets]
-        ax.plot(labels, [buckets[b][key] for b in labels], marker="o", label=name)
+        ax.plot(list(buckets), [b[key] for b in buckets.values()], marker="o", label=name)  # short to long
     ax.set_xlabel("source length (words)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -253,14 +243,12 @@ def _plot(path: Path, results: dict[str, dict[str, dict]], key: str, ylabel: str
 
 def run_study(study: Study, train: bool = True, extra: list[str] = (), only: list[str] | None = None) -> dict:
     """Train (unless `train` is False), evaluate, and write every table and plot."""
-    unknown = sorted(set(only or []) - set(study.models))
-    if unknown:
-        raise ConfigError(f"{study.path}: no model named {unknown[0]!r} (models: {', '.join(study.models)})")
     start = time.perf_counter()
+    configs = study.configs(extra, only)
     if study.synth is not None:
         _make_synth(study.synth)
-    configs = study.configs(extra, only)
-    study.out_dir.mkdir(parents=True, exist_ok=True)
+    out = Path(study.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     train_seconds = train_models(configs) if train else {}
     translators = {name: Translator.load(cfg.train.run_dir) for name, cfg in configs.items()}
     first = next(iter(configs.values())).data
@@ -270,8 +258,9 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         "torch": torch.__version__,
         "models": {
             name: {
-                "overrides": study.models[name.split("@")[0]] + study.grid.get(name.partition("@")[2], []),
-                "parameters": sum(p.numel() for p in translators[name].model.parameters()),
+                "overrides": _as_sets(study.models[name.split("@")[0]])
+                + _as_sets(study.grid.get(name.partition("@")[2])),
+                "parameters": count_parameters(translators[name].model),
                 "train_seconds": train_seconds.get(name),
             }
             for name in configs
@@ -283,14 +272,13 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         src, ref = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
         per_model = {name: evaluate_model(t, src, ref, study.beam) for name, t in translators.items()}
         result["tests"][spec] = per_model
-        report += _write_test_outputs(study.out_dir, spec, per_model, configs)
+        report += _write_test_outputs(out, spec, per_model, configs)
     result["wall_seconds"] = time.perf_counter() - start
-    (study.out_dir / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-    (study.out_dir / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    (out / "configs").mkdir(exist_ok=True)
     for name, cfg in configs.items():
-        cfg_path = study.out_dir / "configs" / f"{name}.yaml"
-        cfg_path.parent.mkdir(exist_ok=True)
-        cfg_path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+        save_config(cfg, out / "configs" / f"{name}.yaml")
     return result
 
 

@@ -6,9 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from lookback.config import Config, ConfigError, DecodeConfig, from_dict, load_config, save_config
+from lookback.config import (
+    Config,
+    ConfigError,
+    DecodeConfig,
+    from_dict,
+    load_config,
+    save_config,
+    search_width,
+)
+from lookback.study import Study, load_study
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+STUDIES = sorted((Path(__file__).parent.parent / "configs" / "study").glob("*.yaml"))
 
 
 def test_defaults_are_valid():
@@ -19,6 +29,23 @@ def test_defaults_are_valid():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_shipped_configs_load(path):
     assert isinstance(load_config(path), Config)
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def test_shipped_studies_load_with_every_model_config(path):
+    study = load_study(path)
+    assert isinstance(study, Study) and Path(study.base).exists()  # base: relative to the study file
+    configs = study.configs()
+    assert configs and all(isinstance(cfg, Config) for cfg in configs.values())
+    assert {cfg.model.attention for cfg in configs.values()} == {"none", "dot", "general", "additive"}
+
+
+def test_one_policy_for_more_hypotheses_than_the_beam():
+    """The beam is raised to hold nbest; it is never lowered, and nbest is never cut."""
+    assert search_width(5, 1) == 5
+    assert search_width(5, 5) == 5
+    assert search_width(2, 4) == 4
+    assert search_width(1, 1) == 1
 
 
 def test_every_problem_is_reported_at_once_with_its_dotted_key(tmp_path):

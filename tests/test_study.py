@@ -1,15 +1,22 @@
-"""The bottleneck study: a tiny study end to end, the compression table by hand."""
+"""The bottleneck study: a tiny study end to end with its numbers checked, the compression table
+by hand, and study files checked as configs are."""
 
+import csv
 import json
 
 import pytest
 import yaml
 
+from lookback import study as study_module
 from lookback.cli import main
 from lookback.config import ConfigError, from_dict
-from lookback.study import compression_rows, load_study
+from lookback.model import count_parameters
+from lookback.study import _make_synth, compression_rows, load_study
+from lookback.translator import Translator
 
-from .helpers import tiny_train_config
+from .helpers import WORDS, tiny_train_config, write_corpus
+
+LENGTHS = [3, 5, 9, 12, 18, 65]  # source words: three sentences of 1-10, two of 11-20, one of 61+
 
 
 @pytest.fixture
@@ -17,43 +24,84 @@ def study_file(tmp_path):
     base = tmp_path / "base.yaml"
     raw = tiny_train_config(tmp_path, train={"max_steps": 20, "valid_every": 20})
     base.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    words = sorted(WORDS)
+    pairs = [
+        (" ".join(words[i % 16] for i in range(n)), " ".join(WORDS[words[i % 16]] for i in range(n)))
+        for n in LENGTHS
+    ]
     study = {
         "name": "tiny",
         "base": "base.yaml",
         "out_dir": str(tmp_path / "out"),
         "set": {"train.lr": 0.005},
         "models": {"none": {"model.attention": "none"}, "additive": {"model.attention": "additive"}},
-        "tests": [raw["data"]["test"]],
+        "tests": [write_corpus(tmp_path / "data", "lengths", pairs)],
     }
     path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(study), encoding="utf-8")
+    path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")  # models in this order
     return path
 
 
-def test_a_tiny_study_writes_every_table_and_plot(study_file, capsys):
+def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_file, monkeypatch, capsys):
+    returned = {}  # run directory -> the Progress that training returned
+
+    class Recording(study_module.Trainer):
+        def train(self):
+            progress = super().train()
+            returned[self.cfg.train.run_dir] = progress
+            return progress
+
+    monkeypatch.setattr(study_module, "Trainer", Recording)
     assert main(["study", str(study_file)]) == 0
     out = study_file.parent / "out"
     result = json.loads((out / "results.json").read_text())
     assert set(result["models"]) == {"none", "additive"}
     assert result["device"].startswith("cpu")
     (spec,) = result["tests"]
+    for name, model in result["models"].items():
+        run_dir = out / "runs" / name
+        assert model["parameters"] == count_parameters(Translator.load(run_dir).model)
+        assert model["train_seconds"] == returned[str(run_dir)].seconds > 0
+        assert model["overrides"] == [f'model.attention="{name}"']
+        buckets = result["tests"][spec][name]
+        assert {label: b["sentences"] for label, b in buckets.items()} == {"1-10": 3, "11-20": 2, "61+": 1}
+        assert list(buckets) == ["1-10", "11-20", "61+"]  # short to long
+        assert buckets["61+"]["mean_src_words"] == 65 and buckets["11-20"]["mean_src_words"] == 15
     slug = spec.strip("/").replace("/", "_")
-    for name in ("bleu_by_length", "gain_over_none", "compression", "cost"):
+    with (out / f"bleu_by_length_{slug}.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["model"], r["bucket"], r["sentences"]) for r in rows] == [
+        (m, label, str(n))
+        for m in ("none", "additive")
+        for label, n in (("1-10", 3), ("11-20", 2), ("61+", 1))
+    ]
+    with (out / f"compression_{slug}.csv").open() as f:
+        compression = list(csv.DictReader(f))
+    assert {r["model"] for r in compression} == {"none"}
+    assert {r["numbers_kept"] for r in compression} == {"48"}  # c = 2 x 24: both directions
+    for name in ("gain_over_none", "cost"):
         assert (out / f"{name}_{slug}.csv").stat().st_size > 0
     for suffix in ("png", "svg"):
         assert (out / f"bleu_by_length_{slug}.{suffix}").stat().st_size > 0
         assert (out / f"cost_{slug}.{suffix}").stat().st_size > 0
     assert "### Gain over the model without attention" in (out / "report.md").read_text()
-    assert (out / "configs" / "additive.yaml").exists()
+    saved = yaml.safe_load((out / "configs" / "additive.yaml").read_text())
+    assert saved["train"]["lr"] == 0.005 and saved["train"]["run_dir"] == str(out / "runs" / "additive")
     first_mtime = (out / "runs" / "none" / "last.pt").stat().st_mtime
     # a second run trains nothing again, and --evaluate-only needs no training at all
     assert main(["study", str(study_file), "--evaluate-only"]) == 0
+    assert all(
+        m["train_seconds"] is None for m in json.loads((out / "results.json").read_text())["models"].values()
+    )
     assert main(["study", str(study_file)]) == 0
     assert (out / "runs" / "none" / "last.pt").stat().st_mtime == first_mtime
     assert main(["study", str(study_file), "--evaluate-only", "--models", "none"]) == 0
     assert set(json.loads((out / "results.json").read_text())["models"]) == {"none"}
+    capsys.readouterr()
     assert main(["study", str(study_file), "--models", "dot"]) == 2
-    assert "no model named 'dot'" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == [
+        "lookback: error: study tiny: no model named 'dot' (models: none, additive)"
+    ]
 
 
 def test_the_compression_table_by_hand():
@@ -75,32 +123,90 @@ def test_the_compression_table_by_hand():
     assert rows[1]["numbers_in"] == 5000 and rows[1]["ratio"] == 19.53
 
 
-def test_study_files_are_checked_before_any_work(tmp_path, study_file):
+def _problems(path, raw) -> list[str]:
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_study(path)
+    lines = str(err.value).splitlines()
+    assert all(line.startswith(f"{path}: ") for line in lines)  # each names the file
+    return [line.removeprefix(f"{path}: ") for line in lines]
+
+
+def test_study_files_list_every_problem_at_once_with_did_you_mean(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    del raw["models"]
+    raw.update(
+        modles={"none": {}},
+        tests=3,
+        beam=0,
+        grid={"h8": [1]},
+        synth={"task": "revers", "lengths": "5-", "sed": 2},
+    )
+    assert _problems(tmp_path / "bad.yaml", raw) == [
+        "tests: got 3, expected a list of strings",
+        "modles: unknown key (did you mean 'models'?)",
+        "grid.h8: got [1], expected a mapping",
+        "synth.task: got 'revers', expected one of copy, reverse, translate",
+        "synth.sed: unknown key (did you mean 'seed'?)",
+        "synth.out: required, but missing or empty",
+        "models: required, but missing or empty",
+        "beam: got 0, expected an integer >= 1",
+        "synth.lengths: got '5-', expected LO-HI with 1 <= LO <= HI, such as 5-60, or one length",
+    ]
+
+
+def test_every_model_config_problem_is_listed_with_its_models(tmp_path, study_file):
     raw = yaml.safe_load(study_file.read_text())
     raw["models"]["dot"] = {"model.atention": "dot"}
+    raw["models"]["wide"] = {"model.hidden_size": 0}
+    raw["set"]["train.lrr"] = 1
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    with pytest.raises(ConfigError, match="model.atention: unknown key"):
+    bad.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
         load_study(bad)
-    bad.write_text(yaml.safe_dump({**raw, "modles": {}}), encoding="utf-8")
-    with pytest.raises(ConfigError, match="unknown study key 'modles'"):
-        load_study(bad)
+    base = tmp_path / "base.yaml"
+    assert str(err.value).splitlines() == [
+        f"{base}: train.lrr: unknown key (did you mean 'lr'?) (in none, additive, dot, wide)",
+        f"{base}: model.atention: unknown key (did you mean 'attention'?) (in dot)",
+        f"{base}: model.hidden_size: got 0, expected an integer >= 1 (in wide)",
+    ]
 
 
-def test_a_study_writes_its_synthetic_corpus_when_missing(tmp_path, study_file, monkeypatch):
-    from lookback.study import _make_synth
+def test_a_study_file_may_leave_out_what_has_a_default(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    raw.update(tests=raw["tests"][0], set=None, models={"base": None, "none": {"model.attention": "none"}})
+    del raw["out_dir"]
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    study = load_study(path)
+    assert study.tests == [raw["tests"]]  # one test set alone: a list of one
+    assert study.out_dir == "studies/tiny" and study.beam == 1 and study.synth is None
+    assert study.base == str(tmp_path / "base.yaml")  # relative to the study file
+    configs = study.configs()
+    assert configs["base"].model.attention == "additive" and configs["none"].model.attention == "none"
 
+
+def test_a_study_writes_its_synthetic_corpus_when_missing(tmp_path, study_file):
     raw = yaml.safe_load(study_file.read_text())
     raw["synth"] = {"task": "reverse", "lengths": "3-5", "seed": 2, "out": str(tmp_path / "rev")}
     path = tmp_path / "with_synth.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     study = load_study(path)
+    assert (study.synth.vocab, study.synth.seed) == (50, 2)
     _make_synth(study.synth)
     src = (tmp_path / "rev" / "test.src").read_text().splitlines()
     tgt = (tmp_path / "rev" / "test.tgt").read_text().splitlines()
     assert [t.split() for t in tgt] == [s.split()[::-1] for s in src]
     assert all(3 <= len(s.split()) <= 5 for s in src)
-    raw["synth"] = {"task": "reverse"}
+    raw["synth"] = {"task": "copy", "lengths": 4, "out": str(tmp_path / "copy"), "vocab": 5}
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    with pytest.raises(ConfigError, match="synth: expected task, lengths and out"):
-        load_study(path)
+    _make_synth(load_study(path).synth)  # one length, given as a number
+    src = (tmp_path / "copy" / "test.src").read_text().splitlines()
+    assert all(len(s.split()) == 4 for s in src) and {w for s in src for w in s.split()} <= {
+        f"a{i}" for i in range(5)
+    }
+    raw["synth"] = {"task": "reverse"}
+    assert _problems(path, raw) == [
+        "synth.lengths: required, but missing or empty",
+        "synth.out: required, but missing or empty",
+    ]
