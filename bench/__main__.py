@@ -328,7 +328,9 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
     try:
         seed_dir = prepare_seed(plan.args.work_dir, config, plan.args.lookback_set)
     except Exception as exc:  # no seed, nothing to measure: recorded as a miss of every task
-        error = f"preparing the seed run failed: {type(exc).__name__}: {exc}".splitlines()[0]
+        from lookback.config import first_line
+
+        error = f"preparing the seed run failed: {type(exc).__name__}: {first_line(exc, limit=500)}"
         return {}, {s: {t: miss(s, t, error) for t in TASKS} for s in plan.systems}
     spec = make_spec(plan, config, out_dir, seed_dir)
     spec_path = out_dir / "spec.json"

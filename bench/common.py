@@ -1,9 +1,9 @@
 """What both systems' measurement scripts share; the standard library only.
 
 `bench/peers/joey.py` runs inside Joey NMT's own virtual environment, where
-lookback is not installed, and imports this module by path. So it holds no
-torch and no lookback: the batch plan that both systems train on, the timed
-training loop, peak memory and result files.
+lookback is not installed, and imports this module by path. So it imports
+no torch and no lookback at its top: the batch plan that both systems train
+on, the timed training loop, peak memory and result files.
 
 The batch plan is the one batching both systems implement identically:
 each epoch a seeded permutation of the training pairs (Python's own
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import resource
 import sys
@@ -111,13 +110,10 @@ def read_lines(path: Path) -> list[str]:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name, as lookback's log gives it (imported here: the peer never calls this)."""
+    from lookback.device import cpu_name
+
+    return cpu_name()
 
 
 def set_threads_env(threads: int) -> None:
