@@ -35,8 +35,7 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
 
 
 def ranged(default: Any, test: Callable[[Any], bool], expected: str) -> Any:
-    """A field with a range check: a value of the right type that fails `test` is a problem
-    that says `expected` (checked after the types, so that `test` sees the right type)."""
+    """A field whose value, once of the right type, must pass `test`; else a problem says `expected`."""
     return field(default=default, metadata={"check": (test, expected)})
 
 
@@ -54,9 +53,7 @@ def nonempty(default: str, what: str = "") -> Any:
 
 def required(kind: type = str, check: tuple[Callable[[Any], bool], str] | None = None) -> Any:
     """A field that must be given, and not empty; `check` as in `ranged`."""
-    return field(
-        default_factory=kind, metadata={"required": True, "check": check} if check else {"required": True}
-    )
+    return field(default_factory=kind, metadata={"required": True, "check": check})
 
 
 _POSITIVE = (lambda v: v > 0, "a number > 0")
@@ -259,21 +256,18 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
 
 
 def _check_ranges(obj: Any, prefix: str, problems: list[str]) -> None:
-    """Append the range problem of every field with a check, in field order; a key with a problem
-    already (a wrong type) is not checked again."""
+    """Append the range problems of `obj`'s fields in field order, skipping keys with a problem already."""
     for f in dataclasses.fields(obj):
         value, dotted = getattr(obj, f.name), f"{prefix}.{f.name}" if prefix else f.name
         if dataclasses.is_dataclass(value):
             _check_ranges(value, dotted, problems)
-        elif "check" in f.metadata and not any(p.startswith(dotted + ":") for p in problems):
+        elif f.metadata.get("check") and not any(p.startswith(dotted + ":") for p in problems):
             test, expected = f.metadata["check"]
             if not test(value):
                 problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
 
 
-def build(
-    cls: type, raw: Any, source: str = "config", cross: Callable[[Any], list[str]] | None = None
-) -> Any:
+def build(cls: type, raw: Any, source: str = "config", cross: Callable | None = None) -> Any:
     """Build and validate dataclass `cls` from a mapping; raise ConfigError listing every problem in
     `source`, one per line. `cross` (problems that involve several keys) runs once the keys are fine."""
     problems: list[str] = []
