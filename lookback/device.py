@@ -3,7 +3,8 @@
 train.device: auto | cpu | cuda       auto takes the GPU when torch sees one
 train.precision: fp32 | bf16 | fp16   bf16/fp16 autocast the forward pass;
                                       fp16 (GPU only) scales the loss against underflow
-decode.precision, and translate / evaluate --device / --precision: the same for translating
+decode.precision, and --device / --precision of every command that loads a model:
+                                      the same for translating
 """
 
 from __future__ import annotations

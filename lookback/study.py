@@ -19,7 +19,9 @@ with every model (e.g. hidden sizes), and the test sets:
     beam: 1
     synth: {task: reverse, lengths: 5-60, seed: 1, out: data/synth/reverse}  # optional: made if missing
 
-`lookback study FILE` writes into `out_dir` (default: studies/NAME): a run
+The file is checked as configs are (the Study dataclass below, built by
+config.build): every problem at once, with its dotted key and a did-you-mean,
+and then every model's config. `lookback study FILE` writes into `out_dir` (default: studies/NAME): a run
 directory per model (a finished one is not trained again; an interrupted one
 resumes; `--set train.time_limit=20` lets every model train on to the new
 budget), then results.json, CSV tables, report.md and plots.
