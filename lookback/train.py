@@ -1,9 +1,8 @@
 """Training: teacher forcing, cross-entropy, Adam, and a run directory that holds everything.
 
-The loop, as pseudo-code: build (data, tokenizers, model, optimiser), resume
-if asked, then per update: loss, backward, clip, step, log, and every
-`valid_every` updates validate and checkpoint; stop when a stopping rule
-says so. Each concern has a unit of its own, which the loop calls in one line:
+The loop: build (data, tokenizers, model, optimiser), resume if asked, then per update: loss,
+backward, clip, step, log, maybe validate and checkpoint, stop when a rule says so. Each
+concern has a unit of its own, which the loop calls in one line:
 
     UpdatePlan (batch.py)     which batches each update takes; the data position
     RunDir (checkpoint.py)    best/last/prev checkpoints, metrics.jsonl, disk checks
@@ -22,6 +21,7 @@ import math
 import time
 from contextlib import closing
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +70,10 @@ class Trainer:
         self.src_tok, self.tgt_tok = load_tokenizers(self.run.path)
         self.train_data = encode_corpus(src, tgt, self.src_tok, self.tgt_tok, d.max_len)
         self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok)
-        per_update = self.ranks.world * cfg.train.accumulate
-        self.plan = UpdatePlan(
-            self.train_data.pairs, self._epoch_batches, per_update, self.ranks.rank, self.ranks.world
-        )
+        t, (rank, world) = cfg.train, (self.ranks.rank, self.ranks.world)
+        lengths = [(len(src), len(tgt)) for src, tgt in self.train_data.pairs]
+        epoch_batches = partial(token_batches, lengths, t.max_tokens, t.seed)  # epoch -> its batches
+        self.plan = UpdatePlan(self.train_data.pairs, epoch_batches, world * t.accumulate, rank, world)
         # 2) model, optimiser, scheduler
         torch.manual_seed(cfg.train.seed)
         self.model: Seq2Seq = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
@@ -83,7 +83,7 @@ class Trainer:
         self.loss_module = distributed.wrap(self.model, self.device)  # in DDP under torchrun
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr)
-        t = cfg.train  # the scheduler lowers the learning rate when validation BLEU stops rising
+        # the scheduler lowers the learning rate when validation BLEU stops rising
         self.scheduler = ReduceLROnPlateau(self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=t.min_lr)
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.train.precision == "fp16")
@@ -94,10 +94,6 @@ class Trainer:
             self._restore(*saved)
         if self.ranks.main:
             save_config(cfg, self.run.path / "config.yaml")
-
-    def _epoch_batches(self, epoch: int) -> list[list[int]]:
-        lengths = [(len(s), len(t)) for s, t in self.train_data.pairs]
-        return token_batches(lengths, self.cfg.train.max_tokens, self.cfg.train.seed, epoch)
 
     # -- the loop ----------------------------------------------------------------
 
@@ -189,12 +185,8 @@ class Trainer:
             )
         p.skipped += 1
         if self.ranks.main:
-            logger.warning(
-                "update %d is not finite (%s): skipped, %d so far (train.nonfinite: skip)",
-                p.step + 1,
-                what,
-                p.skipped,
-            )
+            warning = "update %d is not finite (%s): skipped, %d so far (train.nonfinite: skip)"
+            logger.warning(warning, p.step + 1, what, p.skipped)
 
     # -- logging -----------------------------------------------------------------
 
@@ -205,14 +197,8 @@ class Trainer:
         logger.info(describe(self.device, cfg.precision))
         if self.ranks.world > 1 or cfg.accumulate > 1:
             logger.info("%d process(es) x %d batch(es) per update", self.ranks.world, cfg.accumulate)
-        disable = None if self.ranks.main else True
-        return tqdm(
-            total=cfg.max_steps or None,
-            initial=self.progress.step,
-            unit="step",
-            dynamic_ncols=True,
-            disable=disable,
-        )
+        steps, disable = cfg.max_steps or None, None if self.ranks.main else True
+        return tqdm(total=steps, initial=self.progress.step, unit="step", dynamic_ncols=True, disable=disable)
 
     def _log_train(self, window: Window, bar: tqdm) -> Window:
         """Loss per token and tokens per second of updates since the last line, over all ranks;
