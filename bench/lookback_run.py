@@ -143,6 +143,8 @@ def main(argv: list[str]) -> int:
     set_threads_env(spec["threads"])
     import torch
 
+    from lookback.config import first_line
+
     if spec["threads"]:
         torch.set_num_threads(spec["threads"])
     result: dict[str, Any] = {"system": "lookback", "task": task, "error": None}
@@ -150,7 +152,7 @@ def main(argv: list[str]) -> int:
         result["figures"] = TASKS[task](spec)
     except Exception as exc:  # recorded, not raised: every run's JSON is kept, misses included
         traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        result["error"] = f"{type(exc).__name__}: {first_line(exc, 500)}"
     result["peak_rss_bytes"] = peak_rss_bytes()
     result["torch_threads"] = torch.get_num_threads()
     write_json(Path(out_path), result)

@@ -1,6 +1,6 @@
 """The `lookback` command: thin subcommands over the Python API.
 
-    lookback train CONFIG [--set key=value ...] [--resume]
+    lookback train CONFIG [--set key=value ...] [--resume [--accept-changes]]
     lookback translate RUN_DIR [--beam N] [--nbest K]   (stdin -> stdout, or interactive)
     lookback evaluate RUN_DIR [--test SPEC] [--beam N]
     lookback study STUDY.yaml [--evaluate-only]
@@ -52,7 +52,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     from .train import train
 
     cfg = load_config(args.config, args.set)
-    run_dir = train(cfg, resume=args.resume)
+    if args.accept_changes and not args.resume:
+        raise ValueError("--accept-changes goes with --resume")
+    run_dir = train(cfg, resume=args.resume, accept_changes=args.accept_changes)
     if is_main():  # under torchrun, once
         print(f"run directory: {run_dir}")
 
@@ -339,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="YAML config file (see configs/)")
     _add_set(p, "override a config value, e.g. --set train.lr=0.0005 (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue the run in train.run_dir from last.pt")
+    p.add_argument(
+        "--accept-changes",
+        action="store_true",
+        help="with --resume: go on although the config changes a key an exact resume needs (seed, "
+        "batch size, data, tokenizer, model); the run's config.yaml then records the new values",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("translate", help="translate stdin to stdout")
@@ -396,7 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="the web explorer: translations and attention, models side by side")
     _add_model_flags(p, nargs="+", beam=False)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    p.add_argument("--port", type=int_range(1, 65535), default=8000, help="port to listen on")
+    p.add_argument(
+        "--port", type=int_range(0, 65535), default=8000, help="port to listen on (0: any free port)"
+    )
     p.add_argument("--max-chars", type=positive_int, default=500, help="longest input sentence accepted")
     p.set_defaults(func=cmd_serve)
     return parser

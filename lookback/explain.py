@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .attention import DotScore, GeneralScore, attend
+from .config import search_width
 from .tokenizer import BOS, EOS
 
 
@@ -64,7 +65,7 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
         raise ValueError("nothing to explain: the sentence is empty")
     if hypothesis < 0:
         raise ValueError(f"hypothesis must be 0 or more, not {hypothesis}")
-    beam = max(beam, hypothesis + 1)
+    beam = search_width(beam, hypothesis + 1)  # hypothesis h needs a beam of h + 1
     hyps = translator.translate_nbest([sentence], beam, hypothesis + 1)[0]
     if not hyps[0].src_ids:
         raise ValueError(f"nothing to explain: {sentence!r} has no source tokens")

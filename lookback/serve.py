@@ -27,7 +27,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
-from .config import first_line
+from .config import first_line, search_width
 from .explain import trace
 from .model import count_parameters
 from .translator import Translator
@@ -56,7 +56,12 @@ class ModelInfo(BaseModel):
 class TranslateRequest(BaseModel):
     text: str = Field(description="one source sentence", examples=["a small dog runs in the park ."])
     beam: int = Field(5, ge=1, le=MAX_BEAM, description="beam size (1: greedy)")
-    nbest: int = Field(5, ge=1, le=MAX_BEAM, description="candidates per model; at most `beam`")
+    nbest: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_BEAM,
+        description="candidates per model (default: the beam); a smaller beam grows to it",
+    )
     models: list[str] | None = Field(None, description="model names; leave out for all")
 
 
@@ -291,10 +296,11 @@ def create_app(
         if not names:
             raise HTTPException(422, "models is empty: name at least one model, or leave it out for all")
         chosen = [model(name) for name in names]  # 404 before any work
-        nbest = min(req.nbest, req.beam)
+        nbest = req.nbest or req.beam
+        beam = search_width(req.beam, nbest)  # the one policy: the beam grows to nbest
         results = []
         for m in chosen:
-            outs = answer(m, lambda t: t.translate_nbest([req.text], req.beam, nbest)[0])
+            outs = answer(m, lambda t: t.translate_nbest([req.text], beam, nbest)[0])
             best = outs[0]
             if not best.src_tokens:  # e.g. only control characters: the tokenizer keeps nothing
                 raise HTTPException(422, f"nothing to translate: {req.text!r} has no source tokens")

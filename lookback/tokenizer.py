@@ -25,7 +25,7 @@ from pathlib import Path
 import sentencepiece as spm
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
-from .config import TokenizerConfig
+from .config import TokenizerConfig, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +87,7 @@ class SentencePieceTokenizer(Tokenizer):
         try:
             self.sp = spm.SentencePieceProcessor(model_file=str(self.model_file))
         except (OSError, RuntimeError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(f"{self.model_file}: not a SentencePiece model ({reason})") from None
+            raise ValueError(f"{self.model_file}: not a SentencePiece model ({first_line(exc)})") from None
         self.vocab_size = self.sp.get_piece_size()
 
     def encode(self, text: str) -> list[int]:

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .batch import pad
 from .checkpoint import CheckpointError, load_checkpoint
-from .config import Config, DecodeConfig, from_dict
+from .config import Config, DecodeConfig, first_line, from_dict, search_width
 from .device import autocast, check_precision
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, beam_search, greedy
@@ -78,7 +78,7 @@ class Translator:
         try:
             model.load_state_dict(state["model"])
         except RuntimeError as exc:
-            reason = str(exc).splitlines()[0][:200]
+            reason = first_line(exc)
             raise CheckpointError(f"{path}: weights do not fit the model of its config ({reason})") from None
         return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
 
@@ -95,11 +95,9 @@ class Translator:
         nbest: int | None = None,
         length_penalty: float | None = None,
     ) -> list[list[Translation]]:
-        """Up to `nbest` translations of each sentence, best first."""
-        beam = beam or self.decode.beam
+        """Up to `nbest` translations of each sentence, best first (a beam under nbest grows to it)."""
         nbest = nbest or self.decode.nbest
-        if nbest > beam:
-            raise ValueError(f"nbest ({nbest}) cannot exceed the beam size ({beam})")
+        beam = search_width(beam or self.decode.beam, nbest)
         if length_penalty is None:
             length_penalty = self.decode.length_penalty
         ids = [self.src_tok.encode(s) for s in sentences]

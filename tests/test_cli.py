@@ -231,9 +231,9 @@ def test_every_command_that_loads_a_model_shares_its_flags():
         (["neighbours", "RUN", "dog", "-k", "0"], "argument -k: got '0', expected an integer >= 1"),
         (
             ["serve", "RUN", "--port", "70000"],
-            "argument --port: got '70000', expected an integer in [1, 65535]",
+            "argument --port: got '70000', expected an integer in [0, 65535]",
         ),
-        (["serve", "RUN", "--port", "0"], "argument --port: got '0', expected an integer in [1, 65535]"),
+        (["serve", "RUN", "--port", "-1"], "argument --port: got '-1', expected an integer in [0, 65535]"),
         (["serve", "RUN", "--max-chars", "0"], "argument --max-chars: got '0', expected an integer >= 1"),
         (
             ["translate", "RUN", "--beam", "9" * 5000],

@@ -189,3 +189,21 @@ def test_a_changed_learning_rate_and_schedule_apply_on_resume(tmp_path):
     assert trainer.scheduler.patience == 5
     trainer.train()
     assert records(trainer.run, "train")[-1]["lr"] == 0.002
+
+
+def test_the_cli_refuses_a_changed_resume_in_one_line_per_key_until_told(tmp_path, capsys):
+    import yaml
+
+    from lookback.cli import main
+
+    raw = tiny_train_config(tmp_path, train={"max_steps": 2, "valid_every": 2})
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert main(["train", str(path)]) == 0
+    more = ["--set", "train.max_steps=4", "--set", "train.max_tokens=300"]
+    assert main(["train", str(path), "--resume", *more]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.max_tokens: 400 -> 300" in err[0] and "--accept-changes" in err[0]
+    assert main(["train", str(path), "--accept-changes"]) == 2  # only with --resume
+    assert main(["train", str(path), "--resume", "--accept-changes", *more]) == 0
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["progress"]["step"] == 4

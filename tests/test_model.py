@@ -179,9 +179,9 @@ def test_attend_from_previous_queries_the_state_before_the_step(cell):
         enc = model.encode(b.src, b.src_len)
         state = model.decoder.init_state(enc)
         out = model.decoder(b.tgt_in, enc, state)  # (B, T, ...)
-        queries = out.s if attend_from == "current" else torch.cat([state.top().unsqueeze(1), out.s[:, :-1]], 1)
+        previous = torch.cat([state.top().unsqueeze(1), out.s[:, :-1]], 1)  # s_0 .. s_{T-1}
+        queries, other = (out.s, previous) if attend_from == "current" else (previous, out.s)
         assert torch.allclose(out.e, model.decoder.score(queries, enc.keys), atol=1e-6)
-        other = torch.cat([state.top().unsqueeze(1), out.s[:, :-1]], 1) if attend_from == "current" else out.s
         assert not torch.allclose(out.e, model.decoder.score(other, enc.keys), atol=1e-3)
 
 

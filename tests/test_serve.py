@@ -61,11 +61,11 @@ def test_translate_gives_every_model_side_by_side(client):
     assert all(abs(sum(row) - 1) < 1e-5 and min(row) >= 0 for row in matrix)
 
 
-def test_translate_clamps_nbest_to_the_beam_and_picks_models(client):
+def test_translate_grows_the_beam_to_nbest_and_picks_models(client):
     results = translate(client, beam=2, nbest=5, models=["attn"]).json()["results"]
-    assert [r["model"] for r in results] == ["attn"] and len(results[0]["candidates"]) <= 2
+    assert [r["model"] for r in results] == ["attn"] and len(results[0]["candidates"]) == 5
     greedy = translate(client, beam=1, models=["attn"]).json()["results"][0]
-    assert len(greedy["candidates"]) == 1  # the default nbest 5, clamped to beam 1
+    assert len(greedy["candidates"]) == 1  # nbest defaults to the beam
 
 
 def test_explain_has_one_step_per_token_and_the_end(client):
