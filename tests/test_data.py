@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lookback import data
-from lookback.data import DataError, concat_pairs, multi30k_dir, multi30k_paths, read_lines, read_parallel
+from lookback import corpora, data
+from lookback.corpora import multi30k_dir, multi30k_paths
+from lookback.data import DataError, concat_pairs, read_lines, read_parallel
 
 from .helpers import require, tiny_train_config
 
@@ -189,7 +190,7 @@ def test_multi30k_offline(tmp_path: Path, monkeypatch) -> None:
         read_parallel("multi30k:val", "en", "fr", multi30k=str(target))
     message = str(info.value)
     assert message == (
-        f"cannot download {data.MULTI30K_URL.format(name='val.en.gz')} "
+        f"cannot download {corpora.MULTI30K_URL.format(name='val.en.gz')} "
         f"([Errno -3] Temporary failure in name resolution); put the Multi30k files "
         f"(val.en.gz, val.fr.gz) in {target} or point $LOOKBACK_MULTI30K "
         f"(or data.multi30k_dir) at a folder that has them"
@@ -208,7 +209,7 @@ def test_multi30k_download(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     paths = multi30k_paths("val", ["en", "de"], tmp_path / "cache")
     assert paths == [tmp_path / "cache" / "val.en.gz", tmp_path / "cache" / "val.de.gz"]
-    assert urls == [data.MULTI30K_URL.format(name=n) for n in ("val.en.gz", "val.de.gz")]
+    assert urls == [corpora.MULTI30K_URL.format(name=n) for n in ("val.en.gz", "val.de.gz")]
     assert paths[0].read_bytes() == (folder / "val.en.gz").read_bytes()
     multi30k_paths("val", ["en", "de"], tmp_path / "cache")
     assert len(urls) == 2  # present files are not fetched again
