@@ -124,20 +124,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def load_latest(paths: list[Path]) -> tuple[dict[str, Any], Path, list[str]]:
-    """The first of `paths` that loads, newest first; and why each one before it did not.
-
-    Raises CheckpointError, naming every file tried, when none loads.
-    """
-    problems = []
-    for path in paths:
-        try:
-            return load_checkpoint(path), path, problems
-        except CheckpointError as exc:
-            problems.append(str(exc))
-    raise CheckpointError("; ".join(problems) or "no checkpoint to load")
-
-
 # Keys that a resumed run cannot change and still continue the saved one exactly.
 EXACT_KEYS = ("data.src_lang", "data.tgt_lang", "data.train", "data.valid", "data.max_len", "tokenizer.")
 EXACT_KEYS += ("model.", "train.seed", "train.max_tokens")
@@ -164,8 +150,9 @@ class RunDir:
         self.last, self.prev = self.path / "last.pt", self.path / "prev.pt"
         self._metrics = None  # metrics.jsonl, opened on the first record
 
-    def check_writable(self) -> None:
-        """Create the directory and write, fsync and delete a file in it: fail before any work."""
+    def prepare(self, resume: bool) -> None:
+        """Create the directory and write, fsync and delete a file in it, failing before any work;
+        a new run needs a directory without a run, a resumed one a checkpoint."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write-test.") as f:
@@ -174,6 +161,13 @@ class RunDir:
                 os.fsync(f.fileno())
         except OSError as exc:
             raise RunDirError(f"train.run_dir {self.path} is not writable ({exc.strerror or exc})") from None
+        if resume and not (self.last.exists() or self.prev.exists()):
+            raise FileNotFoundError(f"{self.last}: nothing to resume")
+        if not resume and self.last.exists():
+            raise FileExistsError(
+                f"{self.path} already holds a run; pass --resume to continue it, or choose another "
+                "train.run_dir"
+            )
 
     def check_space(self, checkpoint_bytes: int) -> None:
         """Room for best.pt, last.pt, prev.pt and one temporary file, less the ones already there."""
@@ -187,25 +181,20 @@ class RunDir:
                 f"choose another train.run_dir"
             )
 
-    def check_start(self, resume: bool) -> None:
-        """A new run needs an empty directory, a resumed one a checkpoint."""
-        if resume and not (self.last.exists() or self.prev.exists()):
-            raise FileNotFoundError(f"{self.last}: nothing to resume")
-        if not resume and self.last.exists():
-            raise FileExistsError(
-                f"{self.path} already holds a run; pass --resume to continue it, "
-                f"or choose another train.run_dir"
-            )
-
     def resumable(
         self, cfg: Config, world: int, accept_changes: bool = False
     ) -> tuple[dict[str, Any], Config]:
         """The newest checkpoint that loads (last.pt, else prev.pt) and its config, to go on with
         `cfg` in `world` processes. Refuses a `cfg` that changes what an exact resume needs
         (EXACT_KEYS), unless `accept_changes`; a new global batch size is only a warning."""
-        state, path, problems = load_latest([self.last, self.prev])
-        for problem in problems:
-            logger.warning("%s; resuming from %s instead", problem, path.name)
+        try:
+            state, path = load_checkpoint(self.last), self.last
+        except CheckpointError as exc:  # a fallback, with a word on why it is needed
+            try:
+                state, path = load_checkpoint(self.prev), self.prev
+            except CheckpointError as also:
+                raise CheckpointError(f"{exc}; {also}") from None
+            logger.warning("%s; resuming from %s instead", exc, path.name)
         saved = from_dict(state["config"], source=str(path))
         old, new = _flat(saved.to_dict()), _flat(cfg.to_dict())
         changes = [

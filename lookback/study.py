@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import torch
 
-from .config import Config, ConfigError, at_least, build, load_config, read_yaml, required, save_config
+from .config import Config, ConfigError, at_least, build, load_config, required, save_config
 from .data import read_parallel
 from .device import cpu_name
 from .evaluate import group_by_length, sequence_accuracy
@@ -48,6 +48,7 @@ from .model import count_parameters
 from .synth import TASKS, parse_lengths, synth_corpus
 from .train import Trainer
 from .translator import Translator
+from .yamlfile import read_yaml
 
 logger = logging.getLogger(__name__)
 

@@ -52,13 +52,12 @@ class Trainer:
     def __init__(self, cfg: Config, resume: bool = False, accept_changes: bool = False):
         self.cfg = cfg
         self.run = RunDir(cfg.train.run_dir)
-        self.run.check_writable()
+        self.run.prepare(resume)  # writable, and a run to resume or none to overwrite
         set_threads(cfg.train.threads)
         device = resolve_device(cfg.train.device)
         check_precision(device, cfg.train.precision)
         self.ranks, self.device = distributed.Ranks.join(device)  # torchrun: cuda:LOCAL_RANK
         self.run.writes = self.ranks.main
-        self.run.check_start(resume)
         saved = self.run.resumable(cfg, self.ranks.world, accept_changes) if resume else None
         # 1) data and tokenizers (trained on the training split, kept in the run directory)
         d = cfg.data

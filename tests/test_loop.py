@@ -74,8 +74,7 @@ def test_a_plan_whose_epoch_cannot_fill_one_update_says_so():
 
 def test_the_run_directory_keeps_the_previous_last_and_writes_nothing_off_the_main_rank(tmp_path):
     run = RunDir(tmp_path / "run")
-    run.check_writable()
-    run.check_start(resume=False)
+    run.prepare(resume=False)
     for step in (1, 2):
         run.save("last", {"model": {"w": torch.full((2,), float(step))}, "config": {}, "step": step})
     run.log({"step": 2})
@@ -83,9 +82,9 @@ def test_the_run_directory_keeps_the_previous_last_and_writes_nothing_off_the_ma
     assert load_checkpoint(run.last)["step"] == 2 and load_checkpoint(run.prev)["step"] == 1
     assert json.loads((run.path / "metrics.jsonl").read_text()) == {"step": 2}
     with pytest.raises(FileExistsError, match="pass --resume"):
-        run.check_start(resume=False)
+        run.prepare(resume=False)
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
-        RunDir(tmp_path / "empty").check_start(resume=True)
+        RunDir(tmp_path / "empty").prepare(resume=True)
     other = RunDir(tmp_path / "rank1", writes=False)
     other.save("last", {"model": {}, "config": {}})
     other.log({"step": 1})
