@@ -59,12 +59,8 @@ def encode_corpus(
             pairs.append(ids)
             keep.append(i)
     if len(keep) < len(src):
-        logger.info(
-            "skipped %d of %d pairs (empty after tokenisation, or over %s tokens)",
-            len(src) - len(keep),
-            len(src),
-            max_len,
-        )
+        skipped = "skipped %d of %d pairs (empty after tokenisation, or over %s tokens)"
+        logger.info(skipped, len(src) - len(keep), len(src), max_len)
     return Corpus(pairs, [src[i] for i in keep], [tgt[i] for i in keep])
 
 

@@ -84,7 +84,8 @@ class Decoder(nn.Module):
         self.score = (
             None if cfg.attention == "none" else build_score(cfg.attention, D, enc_size, cfg.attention_size)
         )
-        rnn_in = cfg.emb_size + (enc_size if self.feeds_context else 0) + (D if cfg.input_feeding else 0)
+        feeds_context = cfg.attention == "none" or cfg.attend_from == "previous"  # fixed c, or c_t of s_{t-1}
+        rnn_in = cfg.emb_size + (enc_size if feeds_context else 0) + (D if cfg.input_feeding else 0)
         self.rnn = RNNS[cfg.cell](
             rnn_in,
             D,
@@ -99,11 +100,6 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.num_layers = cfg.dec_layers
         self.is_lstm = cfg.cell == "lstm"
-
-    @property
-    def feeds_context(self) -> bool:
-        """Whether a context vector is part of the RNN input (fixed c, or c_t from s_{t-1})."""
-        return self.attention == "none" or self.attend_from == "previous"
 
     @property
     def parallel(self) -> bool:

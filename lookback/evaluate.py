@@ -113,9 +113,7 @@ def sequence_accuracy(hyps: list[str], refs: list[str]) -> float:
 
 
 @torch.no_grad()
-def validation_loss(
-    model: Seq2Seq, pairs: list[tuple[list[int], list[int]]], max_tokens: int, device
-) -> float:
+def validation_loss(model: Seq2Seq, pairs: list, max_tokens: int, device: torch.device) -> float:
     """Mean cross-entropy per target token of `model` on (source ids, target ids) pairs,
     in batches of `max_tokens`."""
     model.eval()

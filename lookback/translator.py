@@ -101,9 +101,8 @@ class Translator:
         if length_penalty is None:
             length_penalty = self.decode.length_penalty
         ids = [self.src_tok.encode(s) for s in sentences]
-        self._warn(
-            sum(len(x) > self.max_src_len for x in ids), len(ids), f"over {self.max_src_len} tokens: cut"
-        )
+        cut = sum(len(x) > self.max_src_len for x in ids)
+        self._warn(cut, len(ids), f"over {self.max_src_len} tokens: cut")
         ids = [x[: self.max_src_len] for x in ids]
         self._warn(sum(not x for x in ids), len(ids), "no source tokens: translated as empty")
         empty = Translation("", [], [], 0.0, None)
@@ -120,9 +119,8 @@ class Translator:
                     hyps = beam_search(self.model, src, src_len, beam, nbest, length_penalty, ratio)
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
-        self._warn(
-            sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x), len(ids), "empty output"
-        )
+        empty_out = sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x)
+        self._warn(empty_out, len(ids), "empty output")
         return results
 
     @staticmethod
