@@ -260,7 +260,8 @@ def load_tokenizers(out_dir: Path) -> tuple[Tokenizer, Tokenizer]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         kind, src_name, tgt_name = manifest["kind"], manifest["src"], manifest["tgt"]
     except FileNotFoundError:
-        raise ValueError(f"{path}: no such file (train the tokenizers first)") from None
+        shared = "under torchrun, train.run_dir must be on a filesystem every node shares"
+        raise ValueError(f"{path}: no such file (train the tokenizers first; {shared})") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
         raise ValueError(f"{path}: not a tokenizer description ({reason})") from None
