@@ -180,10 +180,17 @@ class Server:
     Its output goes to a temporary file (a pipe nobody reads could fill and stall it).
     """
 
-    def __init__(self, run_dirs: list[str], threads: int = 1, host: str | None = "127.0.0.1"):
+    def __init__(
+        self,
+        run_dirs: list[str],
+        threads: int = 1,
+        host: str | None = "127.0.0.1",
+        workers: int | None = None,
+    ):
         self.port = free_port()
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         cmd = [sys.executable, "-m", "lookback", "serve", *run_dirs, "--port", str(self.port)]
+        cmd += ["--workers", str(workers)] if workers else []  # default: the server's own (its cores)
         cmd += ["--host", host] if host else []  # None: the default, which tests/test_load.py checks
         self.log = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 (closed in __exit__)
         self.process = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -241,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "--explain-every", type=int, default=10, help="every Nth request is /api/explain (0: none)"
     )
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the server (default 1)")
+    ap.add_argument("--workers", type=int, help="the server's --workers (default: its own, the cores)")
     ap.add_argument("--sentences", help="a file of source sentences, one per line (default: built in)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
@@ -248,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sentences:
         sentences = [s for s in Path(args.sentences).read_text(encoding="utf-8").splitlines() if s.strip()]
     beams = tuple(int(b) for b in args.beams.split(","))
-    with Server([args.run_dir], threads=args.threads) as server:
+    with Server([args.run_dir], threads=args.threads, workers=args.workers) as server:
         model = server.models[0]["name"]
         result = run_load(
             server.port, sentences, model, args.requests, args.clients, beams, args.explain_every
@@ -261,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         "beams": list(beams),
         "explain_every": args.explain_every,
         "server_threads": args.threads,
+        "server_workers": args.workers,
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_average_after": os.getloadavg(),

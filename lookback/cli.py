@@ -206,6 +206,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         device=str(device),
         precision=args.precision,
         max_chars=args.max_chars,
+        workers=args.workers,
     )
 
 
@@ -408,6 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int_range(0, 65535), default=8000, help="port to listen on (0: any free port)"
     )
     p.add_argument("--max-chars", type=positive_int, default=500, help="longest input sentence accepted")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        help="requests translated at once, over all models (default: the CPU cores); more wait their turn",
+    )
     p.set_defaults(func=cmd_serve)
     return parser
 

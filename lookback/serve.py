@@ -18,6 +18,7 @@ it never reaches the filesystem.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from .config import first_line, search_width
+from .distributed import cores
 from .explain import trace
 from .model import count_parameters
 from .translator import Translator
@@ -231,10 +233,17 @@ def create_app(
     max_chars: int = 500,
     device: str = "cpu",
     precision: str | None = None,
+    workers: int | None = None,
 ) -> FastAPI:
-    """The explorer's app, with every model of `run_dirs` loaded (`NAME=DIR` names one)."""
+    """The explorer's app, with every model of `run_dirs` loaded (`NAME=DIR` names one).
+
+    The models keep no state between calls, so requests need no lock; at most `workers`
+    (default: this machine's cores) translate at once, whatever the model. More threads
+    than cores fight over them: measured in docs/reliability.md.
+    """
     if max_chars < 1:
         raise ValueError(f"max_chars must be 1 or more, not {max_chars}")
+    slots = threading.BoundedSemaphore(workers or cores())
     models = {
         name: load_model(name, d, checkpoint, device, precision)
         for name, d in parse_run_dirs(run_dirs).items()
@@ -279,9 +288,10 @@ def create_app(
             raise HTTPException(422, "text is not valid Unicode: it holds a lone surrogate")
 
     def answer(m: Loaded, fn):
-        """fn(translator); its ValueError becomes a 422."""
+        """fn(translator), in one of the workers' slots; its ValueError becomes a 422."""
         try:
-            return fn(m.translator)
+            with slots:
+                return fn(m.translator)
         except ValueError as exc:
             raise HTTPException(422, first_line(exc)) from None
 
@@ -340,13 +350,14 @@ def serve(
     max_chars: int = 500,
     device: str = "cpu",
     precision: str | None = None,
+    workers: int | None = None,
 ) -> None:
     """Load the models and serve the explorer until Ctrl-C."""
     import socket
 
     import uvicorn
 
-    app = create_app(run_dirs, checkpoint, max_chars, device, precision)
+    app = create_app(run_dirs, checkpoint, max_chars, device, precision, workers)
     try:  # a port in use gets the CLI's one-line error, before anything is printed
         socket.create_server((host, port)).close()
     except OSError as exc:

@@ -304,7 +304,7 @@ def test_every_command_that_loads_a_model_says_where_it_runs(run, tmp_path, caps
         "--checkpoint",
         "last",
     ]
-    assert main([*argv, "--port", "8123"]) == 0
+    assert main([*argv, "--port", "8123", "--workers", "3"]) == 0
     assert "lookback: device: cpu (" in capsys.readouterr().err
     assert seen == {
         "run_dirs": [f"tiny={run_dir}", run_dir],
@@ -314,4 +314,5 @@ def test_every_command_that_loads_a_model_says_where_it_runs(run, tmp_path, caps
         "device": "cpu",
         "precision": "bf16",
         "max_chars": 500,
+        "workers": 3,
     }

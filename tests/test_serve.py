@@ -266,20 +266,35 @@ def test_concurrent_requests_get_the_answers_of_sequential_ones(client):
             assert got == alone_t * 4
 
 
-def test_translations_of_one_model_run_side_by_side(client, monkeypatch):
-    """Two requests to one model are inside it at the same time (a lock would make this time out)."""
+def test_translations_of_one_model_run_side_by_side_up_to_the_workers(runs, monkeypatch):
+    """No lock per model: two requests to one model are inside it at once (a lock would time out
+    here); `workers` bounds how many translate at once, over all models."""
+    inside, most, meet, guard = [0], [0], [True], threading.Lock()
     both_inside = threading.Barrier(2, timeout=60)
     real = Translator.translate_nbest
 
-    def meeting(self, *args, **kwargs):
-        both_inside.wait()
-        return real(self, *args, **kwargs)
+    def counting(self, *args, **kwargs):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            if meet[0]:
+                both_inside.wait()
+            return real(self, *args, **kwargs)
+        finally:
+            with guard:
+                inside[0] -= 1
 
-    monkeypatch.setattr(Translator, "translate_nbest", meeting)
-    body = {"models": ["attn"], "text": "the dog runs ."}
-    with ThreadPoolExecutor(2) as pool:
-        codes = list(pool.map(lambda _: client.post("/api/translate", json=body).status_code, range(2)))
-    assert codes == [200, 200]
+    monkeypatch.setattr(Translator, "translate_nbest", counting)
+    for workers in (2, 1):
+        client = TestClient(create_app([str(runs["additive"])], workers=workers))
+        most[0], meet[0] = 0, workers == 2
+        with ThreadPoolExecutor(4) as pool:
+            answers = pool.map(
+                lambda _, c=client: c.post("/api/translate", json={"text": "a dog ."}), range(8)
+            )
+            assert [a.status_code for a in answers] == [200] * 8
+        assert most[0] == workers
 
 
 def test_an_unexpected_error_is_a_500_without_traceback_or_path(runs, monkeypatch):
