@@ -25,7 +25,9 @@ from pathlib import Path
 DUMP = """
 import gzip, json, sys
 import torch
+import lookback
 from lookback.translator import Translator
+print("translating with", lookback.__file__, file=sys.stderr)
 run, src_file, beams, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 torch.set_num_threads(2)
 opener = gzip.open if src_file.endswith(".gz") else open
@@ -44,8 +46,11 @@ json.dump(result, open(out, "w"))
 
 
 def dump(code: Path, run_dir: str, sources: str, beams: str, out: Path) -> dict:
+    """Translate with the lookback package in `code`: its folder first on the path, and the
+    process started elsewhere, since `python -c` puts the working directory before everything."""
     env = {**os.environ, "PYTHONPATH": str(code.resolve())}
-    subprocess.run([sys.executable, "-c", DUMP, run_dir, sources, beams, str(out)], env=env, check=True)
+    args = [str(Path(run_dir).resolve()), str(Path(sources).resolve()), beams, str(out)]
+    subprocess.run([sys.executable, "-c", DUMP, *args], env=env, cwd=out.parent, check=True)
     return json.loads(out.read_text())
 
 
