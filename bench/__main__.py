@@ -328,7 +328,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
     try:
         seed_dir = prepare_seed(plan.args.work_dir, config, plan.args.lookback_set)
     except Exception as exc:  # no seed, nothing to measure: recorded as a miss of every task
-        from lookback.config import first_line
+        from lookback.errors import first_line
 
         error = f"preparing the seed run failed: {type(exc).__name__}: {first_line(exc, limit=500)}"
         return {}, {s: {t: miss(s, t, error) for t in TASKS} for s in plan.systems}

@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
     set_threads_env(spec["threads"])
     import torch
 
-    from lookback.config import first_line
+    from lookback.errors import first_line
 
     if spec["threads"]:
         torch.set_num_threads(spec["threads"])

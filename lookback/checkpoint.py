@@ -1,18 +1,14 @@
-"""Checkpoints and the run directory that holds them.
+"""Checkpoints, and the run directory that holds them.
 
-A checkpoint is one explicit dict per file, written atomically, loaded without unpickling code.
-
-A checkpoint holds the model and optimiser state, the training progress and
-RNG state (so a run resumes exactly), and the resolved config (so a model
-rebuilds from the file alone). Writing goes to a temporary file that is
-fsynced and renamed over the old one: a run killed mid-write leaves the
-previous checkpoint intact. Loading checks every member of the zip archive
-against its CRC-32, then uses `torch.load(weights_only=True)`, which builds
+A checkpoint is one explicit dict per file: the model and optimiser state, the training
+progress and RNG state (so a run resumes exactly), and the resolved config (so a model rebuilds
+from the file alone). Writing goes to a temporary file that is fsynced and renamed over the old
+one: a run killed mid-write leaves the previous checkpoint intact. Loading checks every member
+of the zip archive against its CRC-32, then uses `torch.load(weights_only=True)`, which builds
 tensors and plain containers only and refuses every other object unbuilt.
 
-`RunDir` is everything a training run writes: config.yaml, the tokenizer
-files, metrics.jsonl, and best.pt / last.pt / prev.pt (the last.pt before
-the newest, a fallback for --resume).
+`RunDir` is everything a training run writes: config.yaml, the tokenizer files, metrics.jsonl,
+and best.pt / last.pt / prev.pt (the last.pt before the newest, a fallback for --resume).
 """
 
 from __future__ import annotations
@@ -30,13 +26,10 @@ from typing import Any
 
 import torch
 
-from .config import Config, ConfigError, first_line, from_dict
+from .config import Config, from_dict
+from .errors import CheckpointError, ConfigError, RunDirError, first_line
 
 logger = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, truncated, corrupt or not ours; one line."""
 
 
 def save_checkpoint(state: dict[str, Any], path: Path, previous: Path | None = None) -> None:
@@ -135,10 +128,6 @@ def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
     for k, v in tree.items():
         out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
     return out
-
-
-class RunDirError(ValueError):
-    """The run directory cannot be written, or lacks the room for its checkpoints; one line."""
 
 
 class RunDir:

@@ -29,10 +29,9 @@ from typing import NoReturn
 
 from tqdm import tqdm
 
-from .checkpoint import CheckpointError
-from .config import ConfigError, first_line, load_config, search_width
-from .data import DataError
+from .config import load_config, search_width
 from .distributed import is_main
+from .errors import CheckpointError, ConfigError, DataError, first_line
 from .synth import DEFAULT_SIZES, SPLITS, TASKS, parse_lengths, synth_corpus
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)

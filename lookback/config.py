@@ -21,17 +21,10 @@ from typing import Any, Literal
 
 import yaml
 
+from .errors import ConfigError
+from .yamlfile import read_yaml
+
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # 1e-3, which YAML 1.1 leaves a string
-
-
-class ConfigError(ValueError):
-    """A config problem; the message lists every problem found, one per line."""
-
-
-def first_line(exc: BaseException, limit: int = 200) -> str:
-    """The first line of an exception's message (its type's name if it has none), for one-line errors."""
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
 
 
 def ranged(default: Any, test: Callable[[Any], bool], expected: str) -> Any:
@@ -323,8 +316,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
     raw: Any = {}
     source = "config"
     if path is not None:
-        from .yamlfile import read_yaml  # strict reading: one-line errors, duplicate keys refused
-
         source = str(path)
         raw = read_yaml(path)
         if raw is None:  # an empty file: all defaults

@@ -17,7 +17,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from .data import DataError
+from .errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -33,14 +33,13 @@ import re
 import zlib
 from pathlib import Path
 
+from .corpora import multi30k_dir, multi30k_paths
+from .errors import DataError
+
 logger = logging.getLogger(__name__)
 
 MAX_CHARS = 10_000  # a side longer than this is not a sentence: the pair is skipped
 _CONCAT = re.compile(r"concat:([0-9]+)(?:-([0-9]+))?:(.+)")  # concat:K:SPEC or concat:LO-HI:SPEC
-
-
-class DataError(ValueError):
-    """A bad corpus; the message is one line naming the file (and line where relevant)."""
 
 
 def read_lines(path: Path) -> list[str]:
@@ -173,8 +172,6 @@ def read_parallel(
             raise DataError(f"{spec}: {inner} has fewer than {k_lo} pairs, too few to join")
         return src, tgt
     if spec.startswith("multi30k:"):
-        from .corpora import multi30k_dir, multi30k_paths  # the named corpora, apart from reading
-
         directory = multi30k_dir(multi30k)
         src_path, tgt_path = multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], directory)
     elif spec.endswith((".tsv", ".tsv.gz")):

@@ -1,10 +1,6 @@
-"""Where training stands, and when it stops.
-
-`Progress` is saved in every checkpoint; `stop_reason` is the one home of
-the stopping rules; `stop_signals` turns SIGINT and SIGTERM into a request
-to stop between updates; `Window` gathers what the updates since the last
-log line did.
-"""
+"""Where training stands (`Progress`, saved in every checkpoint) and when it stops: the
+stopping rules, SIGINT and SIGTERM as a request to stop between updates, and the `Window`
+of what the updates since the last log line did."""
 
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
-from .config import first_line, search_width
+from .config import search_width
 from .distributed import cores
+from .errors import first_line
 from .explain import trace
 from .model import count_parameters
 from .translator import Translator

@@ -25,7 +25,8 @@ from pathlib import Path
 import sentencepiece as spm
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
-from .config import TokenizerConfig, first_line
+from .config import TokenizerConfig
+from .errors import first_line
 
 logger = logging.getLogger(__name__)
 

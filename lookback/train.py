@@ -70,7 +70,7 @@ class Trainer:
         self.train_data = encode_corpus(src, tgt, self.src_tok, self.tgt_tok, d.max_len)
         self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok)
         t, (rank, world) = cfg.train, (self.ranks.rank, self.ranks.world)
-        lengths = [(len(src), len(tgt)) for src, tgt in self.train_data.pairs]
+        lengths = [(len(x), len(y)) for x, y in self.train_data.pairs]
         epoch_batches = partial(token_batches, lengths, t.max_tokens, t.seed)  # epoch -> its batches
         self.plan = UpdatePlan(self.train_data.pairs, epoch_batches, world * t.accumulate, rank, world)
         # 2) model, optimiser, scheduler

@@ -16,9 +16,10 @@ import torch
 from torch import Tensor
 
 from .batch import pad
-from .checkpoint import CheckpointError, load_checkpoint
-from .config import Config, DecodeConfig, first_line, from_dict, search_width
+from .checkpoint import load_checkpoint
+from .config import Config, DecodeConfig, from_dict, search_width
 from .device import autocast, check_precision
+from .errors import CheckpointError, first_line
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, beam_search, greedy
 from .tokenizer import Tokenizer, load_tokenizers

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, first_line
+from .errors import ConfigError, first_line
 
 
 class _DuplicateKey(yaml.YAMLError):
