@@ -10,6 +10,9 @@ Legend: B batch, K beam, S source length, V target vocabulary.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -172,21 +175,28 @@ def beam_search(
     length_penalty: float = 1.0,
     max_ratio: float = 2.0,
 ) -> list[list[Hypothesis]]:
-    """Keep the `beam` best partial outputs of each sentence at every step.
+    """Keep the `beam` best partial outputs of each sentence at every step, until no live one
+    can still beat the `nbest` best finished ones.
 
-    A candidate ending in </s> among the top `beam` of a step becomes a
-    finished hypothesis, scored by its log-probability over lp(length) with
-    lp's power `length_penalty`; a sentence is done once it has `beam`
-    finished ones or reaches its length limit, and from then on its rows
-    leave the batch, so the decoder only works on sentences still being
-    searched. The source is kept once per sentence (the decoder lets the K
-    rows of a sentence share it), and the first step runs one row per
-    sentence, since all beams would start from the same <s>. Returns the
+    A candidate ending in </s> among the top `beam` of a step becomes a finished hypothesis,
+    scored by its log-probability over lp(length) with lp's power `length_penalty`; each
+    sentence keeps its `beam` best in a bounded heap. The stop rule has no search error of
+    its own: log-probabilities only fall as a hypothesis grows and lp grows with its length,
+    so no continuation of a live hypothesis with log-probability L can score above
+    L / lp(limit). A sentence is done when its nbest-th finished score reaches that bound for
+    its best live hypothesis, or at its length limit. (Counting K finished hypotheses, as
+    lookback did before and Hugging Face's `early_stopping=True` does, stops as soon as K
+    improbable </s> candidates have ranked among a confident model's top K; Joey NMT and
+    OpenNMT-py stop once the top-ranked hypothesis has ended; this bound is the one of Hugging
+    Face's `early_stopping="never"`, the canonical beam search.) A sentence that is done leaves
+    the batch, so the decoder only works on sentences still being searched. The source is kept
+    once per sentence (the decoder lets the K rows of a sentence share it), and the first step
+    runs one row per sentence, since all beams would start from the same <s>. Returns the
     `nbest` best finished hypotheses per sentence.
     """
-    B, K, device = src.size(0), beam, src.device
+    B, K, device, order = src.size(0), beam, src.device, itertools.count()
     live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
         A, k = live.scores.shape
@@ -202,18 +212,30 @@ def beam_search(
         ends = (cand_tokens[:, :K] == EOS) & torch.isfinite(cand_scores[:, :K])
         for a, j in ends.nonzero().tolist():
             hyp = live.finish(int(cand_rows[a, j]), float(cand_scores[a, j]), src_len, length_penalty)
-            finished[int(live.sent[a])].append(hyp)
+            heap = finished[int(live.sent[a])]
+            heapq.heappush(heap, (hyp.score, -next(order), hyp))  # ties: the first found ranks first
+            if len(heap) > K:
+                heapq.heappop(heap)  # the worst of K + 1
 
         # 2) the K best candidates that do not end become the live hypotheses
         going_on = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
         scores, pick = going_on.topk(min(K, going_on.size(1)), dim=-1)  # (A, K); -inf: an empty slot
         rows, y = cand_rows.gather(1, pick), cand_tokens.gather(1, pick)  # (A, K)
 
-        # 3) sentences that are done leave the batch
-        done = torch.tensor([len(finished[b]) >= K for b in live.sent.tolist()], device=device)
+        # 3) sentences that are done leave the batch: no live hypothesis can beat the finished
+        bound = scores[:, 0] / ((5 + live.limit) / 6) ** length_penalty  # (A,) lp(limit) of the best live
+        need = min(nbest, K)  # each sentence's nbest-th best finished score, once it has nbest
+        kept = torch.tensor(
+            [
+                heapq.nlargest(need, finished[b])[-1][0] if len(finished[b]) >= need else -math.inf
+                for b in live.sent.tolist()
+            ],
+            device=device,
+        )
+        done = (kept >= bound) & (kept > -math.inf)
         done |= t + 1 >= live.limit
         if done.all():
             break
         keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
         live = live.select(keep, rows, y, scores)
-    return [sorted(f, key=lambda h: -h.score)[:nbest] for f in finished]
+    return [[h for _, _, h in heapq.nlargest(nbest, f)] for f in finished]

@@ -194,3 +194,26 @@ def test_a_target_vocabulary_smaller_than_twice_the_beam():
     assert 1 <= len(hyps) <= 5
     assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
     assert [h.tokens for h in hyps] != [] and len({tuple(h.tokens) for h in hyps}) == len(hyps)
+
+
+def test_the_search_goes_on_past_improbable_ends_until_none_can_win():
+    """A confident model whose </s> candidates rank in the top K at every step: counting K
+    finished hypotheses stopped at step 2 with '[4]' (score -2.66); the bound goes on to
+    '4 4 4 4' ending with P(</s>) 0.95 (score -0.28)."""
+    model = tiny_model(vocab=2, attention="additive", seed=9)  # 5 target ids; 4 is the only word
+    forward, step = model.decoder.forward, [0]
+    ends = torch.log(torch.tensor([0.0167, 0.0166, 0.0167, 0.05, 0.9]))  # P(4) .9, P(</s>) .05
+    last = torch.log(torch.tensor([0.0125, 0.0125, 0.0125, 0.95, 0.0125]))  # after four words: end
+
+    def fixed(y, enc, state):
+        out = forward(y, enc, state)
+        table = last if step[0] >= 4 else ends
+        step[0] += 1
+        return out._replace(logits=table.expand(y.size(0), 1, -1).clone())
+
+    model.decoder.forward = fixed
+    src, src_len = pad([[1, 1, 1]])
+    [[best]] = beam_search(model, src, src_len, beam=2, length_penalty=1.0)
+    expected = 4 * math.log(0.9) + math.log(0.95)
+    assert best.tokens == [4, 4, 4, 4]
+    assert best.score == pytest.approx(expected / lp(5, 1.0), abs=1e-3)

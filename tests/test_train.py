@@ -71,6 +71,22 @@ def test_beam_finds_higher_scoring_outputs_than_greedy_on_average(trained):
     assert mean_beam >= mean_greedy
 
 
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_a_wider_beam_never_returns_a_worse_hypothesis_under_its_own_objective(trained, length_penalty):
+    """On a trained model, over many sentences: beam 5's and beam 2's choice scores at least what
+    greedy's (beam 1's) output scores under the same log P / lp(length)."""
+    model = trained.model.eval()
+    pairs = [trained.src_tok.encode(e) for e, _ in toy_pairs(80, seed=12, max_words=9)]
+    src, src_len = pad(pairs)
+    scores = {}
+    for k in (1, 2, 5):
+        hyps = beam_search(model, src, src_len, beam=k, length_penalty=length_penalty)
+        scores[k] = [hs[0].score for hs in hyps]
+    for narrow, wide in ((1, 2), (2, 5), (1, 5)):
+        worse = [i for i, (a, b) in enumerate(zip(scores[narrow], scores[wide], strict=True)) if b < a - 1e-4]
+        assert not worse, f"beam {wide} below beam {narrow} on sentences {worse}"
+
+
 def params(trainer):
     return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
