@@ -119,6 +119,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         return
     print(f"{spec}, beam {beam}:")
     print(scores.summary())
+    print("by source length (words): sentences, BLEU, output/reference length")
+    for label, b in bleu_by_length(src, hyps, ref).items():
+        print(f"  {label:>6}  {b['sentences']:5d}  {b['bleu']:6.2f}  {b['length_ratio']:.3f}")
     for i in range(min(args.show, len(src))):
         print(f"  src: {src[i]}\n  ref: {ref[i]}\n  hyp: {hyps[i]}")
 

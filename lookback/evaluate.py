@@ -31,13 +31,15 @@ class Scores:
     bleu_signature: str
     chrf_signature: str
     sentences: int
+    length_ratio: float  # output length over reference length, in sacreBLEU's tokens (1: as long)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def summary(self) -> str:
         return (
-            f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.sentences} sentences)\n"
+            f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  length ratio {self.length_ratio:.3f}  "
+            f"({self.sentences} sentences)\n"
             f"  sacreBLEU signature: {self.bleu_signature}\n"
             f"  chrF signature:      {self.chrf_signature}\n"
             f"Multi30k protocol (Moses-tokenised, lowercased, BLEU tokenize=none): "
@@ -67,9 +69,8 @@ def score(hyps: list[str], refs: list[str], tgt_lang: str) -> Scores:
     m30k = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(
         moses_lower(hyps, tgt_lang), [moses_lower(refs, tgt_lang)]
     )
-    return Scores(
-        b.score, c.score, m30k.score, str(bleu.get_signature()), str(chrf.get_signature()), len(hyps)
-    )
+    signatures = str(bleu.get_signature()), str(chrf.get_signature())
+    return Scores(b.score, c.score, m30k.score, *signatures, len(hyps), b.sys_len / max(b.ref_len, 1))
 
 
 def bucket_of(n_words: int) -> str:
@@ -90,16 +91,19 @@ def group_by_length(srcs: list[str]) -> dict[str, list[int]]:
 
 
 def bleu_by_length(srcs: list[str], hyps: list[str], refs: list[str]) -> dict[str, dict]:
-    """sacreBLEU per source-length bucket, as in the notes' table."""
+    """sacreBLEU and the length ratio per source-length bucket, as in the notes' table."""
     if not len(srcs) == len(hyps) == len(refs):
         raise ValueError(f"{len(srcs)} sources, {len(hyps)} hypotheses and {len(refs)} references")
     return {
-        label: {
-            "sentences": len(idx),
-            "bleu": sacrebleu.corpus_bleu([hyps[i] for i in idx], [[refs[i] for i in idx]]).score,
-        }
+        label: bleu_and_length([hyps[i] for i in idx], [refs[i] for i in idx])
         for label, idx in group_by_length(srcs).items()
     }
+
+
+def bleu_and_length(hyps: list[str], refs: list[str]) -> dict:
+    """Sentences, sacreBLEU and the output-to-reference length ratio of one group of sentences."""
+    b = sacrebleu.corpus_bleu(hyps, [refs])
+    return {"sentences": len(hyps), "bleu": b.score, "length_ratio": b.sys_len / max(b.ref_len, 1)}
 
 
 def sequence_accuracy(hyps: list[str], refs: list[str]) -> float:

@@ -43,7 +43,7 @@ import torch
 from .config import Config, ConfigError, at_least, build, load_config, required, save_config
 from .data import read_parallel
 from .device import cpu_name
-from .evaluate import group_by_length, sequence_accuracy
+from .evaluate import bleu_and_length, group_by_length, sequence_accuracy
 from .model import count_parameters
 from .synth import TASKS, parse_lengths, synth_corpus
 from .train import Trainer
@@ -158,9 +158,8 @@ def train_models(configs: dict[str, Config]) -> dict[str, float]:
 
 
 def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam: int) -> dict[str, dict]:
-    """Per source-length bucket: sentences, BLEU, sequence accuracy, ms per sentence, tokens."""
-    import sacrebleu
-
+    """Per source-length bucket: sentences, BLEU, output/reference length, sequence accuracy,
+    ms per sentence, tokens."""
     out = {}
     for label, idx in group_by_length(src).items():
         srcs, refs = [src[i] for i in idx], [ref[i] for i in idx]
@@ -168,8 +167,7 @@ def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam:
         hyps = [t.text for t in translator.translate(srcs, beam=beam)]
         seconds = time.perf_counter() - start
         out[label] = {
-            "sentences": len(idx),
-            "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
+            **bleu_and_length(hyps, refs),  # sentences, bleu, length_ratio
             "sequence_accuracy": sequence_accuracy(hyps, refs),
             "ms_per_sentence": 1000 * seconds / len(idx),
             "mean_src_words": sum(len(s.split()) for s in srcs) / len(idx),
@@ -298,6 +296,7 @@ def _write_test_outputs(out: Path, spec: str, per_model: dict, configs: dict[str
                     "bucket": label,
                     "sentences": b["sentences"],
                     "bleu": round(b["bleu"], 2),
+                    "length_ratio": round(b["length_ratio"], 3),
                     "sequence_accuracy": round(b["sequence_accuracy"], 2),
                 }
             )

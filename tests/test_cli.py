@@ -77,9 +77,13 @@ def test_evaluate_prints_bleu_with_signature_and_json(run, capsys):
     out = capsys.readouterr().out
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in out
     assert "Multi30k protocol (Moses-tokenised, lowercased" in out
+    assert (
+        "length ratio" in out and "by source length (words): sentences, BLEU, output/reference length" in out
+    )
     assert main(["evaluate", str(run_dir), "--json", "--output", str(run_dir / "hyp.txt")]) == 0
     result = json.loads(capsys.readouterr().out)
     assert 0 <= result["bleu"] <= 100 and result["sentences"] == 20
+    assert result["length_ratio"] > 0 and all(b["length_ratio"] > 0 for b in result["by_length"].values())
     assert len((run_dir / "hyp.txt").read_text().splitlines()) == 20
 
 

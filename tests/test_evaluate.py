@@ -65,3 +65,14 @@ def test_sequence_accuracy():
     assert sequence_accuracy([], []) == 0.0
     with pytest.raises(ValueError, match="1 hypotheses but 2 references"):
         sequence_accuracy(["a"], ["a", "b"])
+
+
+def test_the_length_ratio_is_output_over_reference_overall_and_by_bucket():
+    srcs = ["a b c", "a b c d e f g h i j k l"]  # buckets 1-10 and 11-20
+    refs = ["one two three four", "un deux trois quatre cinq six"]
+    hyps = ["one two", "un deux trois quatre cinq six sept huit nine"]  # 2 of 4 tokens, 9 of 6
+    assert score(hyps, refs, "fr").length_ratio == pytest.approx(11 / 10)
+    by_length = bleu_by_length(srcs, hyps, refs)
+    assert by_length["1-10"]["length_ratio"] == pytest.approx(0.5)
+    assert by_length["11-20"]["length_ratio"] == pytest.approx(1.5)
+    assert "length ratio 1.100" in score(hyps, refs, "fr").summary()

@@ -66,6 +66,7 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         buckets = result["tests"][spec][name]
         assert {label: b["sentences"] for label, b in buckets.items()} == {"1-10": 3, "11-20": 2, "61+": 1}
         assert list(buckets) == ["1-10", "11-20", "61+"]  # short to long
+        assert all(b["length_ratio"] > 0 for b in buckets.values())  # output over reference length
         assert buckets["61+"]["mean_src_words"] == 65 and buckets["11-20"]["mean_src_words"] == 15
     slug = spec.strip("/").replace("/", "_")
     with (out / f"bleu_by_length_{slug}.csv").open() as f:
