@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .tokenizer import SPECIALS
+
 WORD_START = "▁"  # SentencePiece marks the first piece of a word with it
 
 
@@ -23,7 +25,7 @@ def word_groups(pieces: list[str]) -> list[list[int]]:
         return [[i] for i in range(len(pieces))]
     groups: list[list[int]] = []
     for i, piece in enumerate(pieces):
-        if piece.startswith(WORD_START) or not groups:
+        if piece.startswith(WORD_START) or piece in SPECIALS or not groups:  # </s>: a word of its own
             groups.append([i])
         else:
             groups[-1].append(i)

@@ -49,14 +49,20 @@ class Corpus:
 
 
 def encode_corpus(
-    src: list[str], tgt: list[str], src_tok: Tokenizer, tgt_tok: Tokenizer, max_len: int | None = None
+    src: list[str],
+    tgt: list[str],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    max_len: int | None = None,
+    src_eos: bool = False,
 ) -> Corpus:
-    """Tokenise a corpus; pairs longer than max_len tokens on either side are skipped."""
+    """Tokenise a corpus; pairs longer than max_len tokens on either side are skipped.
+    With `src_eos` every source ends with </s> (data.src_eos)."""
     pairs, keep = [], []
     for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
         ids = (src_tok.encode(s), tgt_tok.encode(t))
         if ids[0] and ids[1] and (max_len is None or max(map(len, ids)) <= max_len):
-            pairs.append(ids)
+            pairs.append((ids[0] + [EOS], ids[1]) if src_eos else ids)
             keep.append(i)
     if len(keep) < len(src):
         skipped = "skipped %d of %d pairs (empty after tokenisation, or over %s tokens)"

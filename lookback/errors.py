@@ -14,6 +14,10 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, truncated, corrupt or not ours."""
 
 
+class NonFiniteLoss(ValueError):
+    """A NaN or infinite loss with train.nonfinite: stop."""
+
+
 class RunDirError(ValueError):
     """The run directory cannot be written, or lacks the room for its checkpoints."""
 

@@ -35,6 +35,7 @@ from .checkpoint import RunDir
 from .config import Config, save_config
 from .data import read_parallel
 from .device import autocast, check_precision, describe, resolve_device, set_threads
+from .errors import NonFiniteLoss
 from .evaluate import score, validation_loss
 from .model import Seq2Seq, build_model, count_parameters
 from .progress import Progress, Window, stop_reason, stop_signals
@@ -42,10 +43,6 @@ from .tokenizer import load_tokenizers, train_tokenizers
 from .translator import Translator
 
 logger = logging.getLogger(__name__)
-
-
-class NonFiniteLoss(ValueError):
-    """A NaN or infinite loss with train.nonfinite: stop; one line."""
 
 
 class Trainer:
@@ -67,8 +64,8 @@ class Trainer:
             train_tokenizers(cfg.tokenizer, src, tgt, d.src_lang, d.tgt_lang, self.run.path)
         self.ranks.barrier()  # the other ranks wait for the files: train.run_dir must be shared
         self.src_tok, self.tgt_tok = load_tokenizers(self.run.path)
-        self.train_data = encode_corpus(src, tgt, self.src_tok, self.tgt_tok, d.max_len)
-        self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok)
+        self.train_data = encode_corpus(src, tgt, self.src_tok, self.tgt_tok, d.max_len, d.src_eos)
+        self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok, src_eos=d.src_eos)
         t, (rank, world) = cfg.train, (self.ranks.rank, self.ranks.world)
         lengths = [(len(x), len(y)) for x, y in self.train_data.pairs]
         epoch_batches = partial(token_batches, lengths, t.max_tokens, t.seed)  # epoch -> its batches
@@ -86,7 +83,9 @@ class Trainer:
         self.scheduler = ReduceLROnPlateau(self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=t.min_lr)
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.train.precision == "fp16")
-        self.translator = Translator(self.model, self.src_tok, self.tgt_tok, cfg.decode, device=self.device)
+        self.translator = Translator(
+            self.model, self.src_tok, self.tgt_tok, cfg.decode, cfg, device=self.device
+        )
         self.run.check_space(3 * 4 * count_parameters(self.model) + 2**20)  # weights, Adam's moments
         self.progress = Progress()
         if saved:

@@ -22,7 +22,7 @@ from .device import autocast, check_precision
 from .errors import CheckpointError, first_line
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, beam_search, greedy
-from .tokenizer import Tokenizer, load_tokenizers
+from .tokenizer import EOS, Tokenizer, load_tokenizers
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Translator:
         device: str | torch.device = "cpu",
         precision: str | None = None,
     ):
-        self.config = config  # the run's resolved config, when loaded from a run directory
+        self.config = config  # the run's resolved config (data.src_eos: sources end with </s>)
         self.model = model.to(device).eval()
         self.src_tok, self.tgt_tok = src_tok, tgt_tok
         self.decode = decode
@@ -104,7 +104,8 @@ class Translator:
         ids = [self.src_tok.encode(s) for s in sentences]
         cut = sum(len(x) > self.max_src_len for x in ids)
         self._warn(cut, len(ids), f"over {self.max_src_len} tokens: cut")
-        ids = [x[: self.max_src_len] for x in ids]
+        eos = [EOS] if self.config and self.config.data.src_eos else []  # as the model was trained
+        ids = [x[: self.max_src_len] + eos if x else x for x in ids]
         self._warn(sum(not x for x in ids), len(ids), "no source tokens: translated as empty")
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
