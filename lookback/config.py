@@ -130,7 +130,7 @@ class TrainConfig:
 class DecodeConfig:
     beam: int = at_least(5, 1)  # beam size (1: greedy)
     nbest: int = at_least(1, 1)  # hypotheses returned per sentence
-    length_penalty: float = at_least(1.0, 0)  # alpha of ((5 + len) / 6) ** alpha
+    length_penalty: float = at_least(1.0, 0)  # beam score: log P / ((5 + len) / 6) ** this (0: none)
     max_ratio: float = ranged(2.0, *_POSITIVE)  # output at most max_ratio * source length + 5 tokens
     batch_size: int = at_least(64, 1)  # sentences translated at once
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16: faster on CPUs with AVX-512 BF16
