@@ -21,6 +21,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -343,22 +344,13 @@ def create_app(
     return app
 
 
-def serve(
-    run_dirs: list[str],
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    checkpoint: str = "best",
-    max_chars: int = 500,
-    device: str = "cpu",
-    precision: str | None = None,
-    workers: int | None = None,
-) -> None:
-    """Load the models and serve the explorer until Ctrl-C."""
+def serve(run_dirs: list[str], host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+    """Load the models (`options`: those of `create_app`) and serve the explorer until Ctrl-C."""
     import socket
 
     import uvicorn
 
-    app = create_app(run_dirs, checkpoint, max_chars, device, precision, workers)
+    app = create_app(run_dirs, **options)
     try:  # a port in use gets the CLI's one-line error, before anything is printed
         socket.create_server((host, port)).close()
     except OSError as exc:
