@@ -137,8 +137,7 @@ class DecodeConfig:
 
 
 def search_width(beam: int, nbest: int) -> int:
-    """The beam that returns `nbest` hypotheses: `beam`, raised to `nbest` when smaller. The one
-    policy wherever more hypotheses are asked for than the beam holds (CLI, explain, explorer)."""
+    """The beam that returns `nbest` hypotheses: raised to nbest, the one policy everywhere."""
     return max(beam, nbest)
 
 

@@ -66,10 +66,8 @@ class DecoderOutput(NamedTuple):
     @staticmethod
     def cat(steps: list[DecoderOutput]) -> DecoderOutput:
         """One output from consecutive steps: every field joined along T, the last state."""
-        joined = [
-            None if xs[0] is None else torch.cat(xs, 1) for xs in zip(*(o[:-1] for o in steps), strict=True)
-        ]
-        return DecoderOutput(*joined, steps[-1].state)
+        fields = zip(*(o[:-1] for o in steps), strict=True)  # each field, step by step
+        return DecoderOutput(*(None if xs[0] is None else torch.cat(xs, 1) for xs in fields), steps[-1].state)
 
 
 class Decoder(nn.Module):
@@ -86,13 +84,10 @@ class Decoder(nn.Module):
         )
         feeds_context = cfg.attention == "none" or cfg.attend_from == "previous"  # fixed c, or c_t of s_{t-1}
         rnn_in = cfg.emb_size + (enc_size if feeds_context else 0) + (D if cfg.input_feeding else 0)
-        self.rnn = RNNS[cfg.cell](
-            rnn_in,
-            D,
-            num_layers=cfg.dec_layers,
-            batch_first=True,
-            dropout=cfg.dropout if cfg.dec_layers > 1 else 0.0,
+        layers = dict(
+            num_layers=cfg.dec_layers, batch_first=True, dropout=cfg.dropout if cfg.dec_layers > 1 else 0
         )
+        self.rnn = RNNS[cfg.cell](rnn_in, D, **layers)  # dropout between layers, none after the last
         self.combine = nn.Linear(D + enc_size, D, bias=False)  # W_c
         self.out = nn.Linear(D, vocab_size)  # W_o
         if cfg.tie_embeddings:

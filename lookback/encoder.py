@@ -37,14 +37,10 @@ class Encoder(nn.Module):
     def __init__(self, vocab_size: int, cfg: ModelConfig):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
-        self.rnn = RNNS[cfg.cell](
-            cfg.emb_size,
-            cfg.hidden_size,
-            num_layers=cfg.enc_layers,
-            batch_first=True,
-            bidirectional=cfg.bidirectional,
-            dropout=cfg.dropout if cfg.enc_layers > 1 else 0.0,
+        layers = dict(
+            num_layers=cfg.enc_layers, batch_first=True, dropout=cfg.dropout if cfg.enc_layers > 1 else 0
         )
+        self.rnn = RNNS[cfg.cell](cfg.emb_size, cfg.hidden_size, bidirectional=cfg.bidirectional, **layers)
         self.dropout = nn.Dropout(cfg.dropout)
         self.context = cfg.context
         self.directions = 2 if cfg.bidirectional else 1

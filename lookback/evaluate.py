@@ -106,16 +106,6 @@ def bleu_and_length(hyps: list[str], refs: list[str]) -> dict:
     return {"sentences": len(hyps), "bleu": b.score, "length_ratio": b.sys_len / max(b.ref_len, 1)}
 
 
-def sequence_accuracy(hyps: list[str], refs: list[str]) -> float:
-    """Percent of hypotheses equal to their reference, after stripping surrounding whitespace."""
-    if len(hyps) != len(refs):
-        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
-    if not refs:
-        return 0.0
-    exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs, strict=True))
-    return 100.0 * exact / len(refs)
-
-
 @torch.no_grad()
 def validation_loss(model: Seq2Seq, pairs: list, max_tokens: int, device: torch.device) -> float:
     """Mean cross-entropy per target token of `model` on (source ids, target ids) pairs,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -175,24 +174,14 @@ def beam_search(
     length_penalty: float = 1.0,
     max_ratio: float = 2.0,
 ) -> list[list[Hypothesis]]:
-    """Keep the `beam` best partial outputs of each sentence at every step, until no live one
-    can still beat the `nbest` best finished ones.
+    """Keep the `beam` best partial outputs of each sentence at every step; return its `nbest`
+    best finished ones, scored by log-probability over lp(length) ** `length_penalty`.
 
-    A candidate ending in </s> among the top `beam` of a step becomes a finished hypothesis,
-    scored by its log-probability over lp(length) with lp's power `length_penalty`; each
-    sentence keeps its `beam` best in a bounded heap. The stop rule has no search error of
-    its own: log-probabilities only fall as a hypothesis grows and lp grows with its length,
-    so no continuation of a live hypothesis with log-probability L can score above
-    L / lp(limit). A sentence is done when its nbest-th finished score reaches that bound for
-    its best live hypothesis, or at its length limit. (Counting K finished hypotheses, as
-    lookback did before and Hugging Face's `early_stopping=True` does, stops as soon as K
-    improbable </s> candidates have ranked among a confident model's top K; Joey NMT and
-    OpenNMT-py stop once the top-ranked hypothesis has ended; this bound is the one of Hugging
-    Face's `early_stopping="never"`, the canonical beam search.) A sentence that is done leaves
-    the batch, so the decoder only works on sentences still being searched. The source is kept
-    once per sentence (the decoder lets the K rows of a sentence share it), and the first step
-    runs one row per sentence, since all beams would start from the same <s>. Returns the
-    `nbest` best finished hypotheses per sentence.
+    A sentence is done when no live hypothesis can beat its nbest-th finished one: with
+    log-probability L, none can score above L / lp(limit), as log-probabilities only fall
+    and lp grows (docs/search.md: the rule beside Joey NMT's, OpenNMT-py's and Hugging
+    Face's). A done sentence leaves the batch; the K rows of a sentence share one copy of
+    its source, and the first step runs one row per sentence (all start from <s>).
     """
     B, K, device, order = src.size(0), beam, src.device, itertools.count()
     live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
@@ -224,16 +213,10 @@ def beam_search(
 
         # 3) sentences that are done leave the batch: no live hypothesis can beat the finished
         bound = scores[:, 0] / ((5 + live.limit) / 6) ** length_penalty  # (A,) lp(limit) of the best live
-        need = min(nbest, K)  # each sentence's nbest-th best finished score, once it has nbest
-        kept = torch.tensor(
-            [
-                heapq.nlargest(need, finished[b])[-1][0] if len(finished[b]) >= need else -math.inf
-                for b in live.sent.tolist()
-            ],
-            device=device,
-        )
-        done = (kept >= bound) & (kept > -math.inf)
-        done |= t + 1 >= live.limit
+        need, heaps = min(nbest, K), [finished[b] for b in live.sent.tolist()]
+        kept = [heapq.nlargest(need, h)[-1][0] if len(h) >= need else None for h in heaps]  # nbest-th best
+        done = [k is not None and k >= x for k, x in zip(kept, bound.tolist(), strict=True)]
+        done = torch.tensor(done, device=device) | (t + 1 >= live.limit)
         if done.all():
             break
         keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)

@@ -43,9 +43,9 @@ import torch
 from .config import Config, ConfigError, at_least, build, load_config, required, save_config
 from .data import read_parallel
 from .device import cpu_name
-from .evaluate import bleu_and_length, group_by_length, sequence_accuracy
+from .evaluate import bleu_and_length, group_by_length
 from .model import count_parameters
-from .synth import TASKS, parse_lengths, synth_corpus
+from .synth import TASKS, parse_lengths, sequence_accuracy, synth_corpus
 from .train import Trainer
 from .translator import Translator
 from .yamlfile import read_yaml

@@ -169,3 +169,14 @@ def parse_lengths(text: str) -> tuple[int, int]:
     if not 1 <= lengths[0] <= lengths[1]:
         raise ValueError(f"--lengths '{text}': expected 1 <= LO <= HI")
     return lengths
+
+
+def sequence_accuracy(hyps: list[str], refs: list[str]) -> float:
+    """Percent of hypotheses equal to their reference, after stripping surrounding whitespace:
+    the synthetic tasks' exact-match score."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    if not refs:
+        return 0.0
+    exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs, strict=True))
+    return 100.0 * exact / len(refs)

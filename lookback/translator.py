@@ -99,8 +99,7 @@ class Translator:
         """Up to `nbest` translations of each sentence, best first (a beam under nbest grows to it)."""
         nbest = nbest or self.decode.nbest
         beam = search_width(beam or self.decode.beam, nbest)
-        if length_penalty is None:
-            length_penalty = self.decode.length_penalty
+        length_penalty = self.decode.length_penalty if length_penalty is None else length_penalty
         ids = [self.src_tok.encode(s) for s in sentences]
         cut = sum(len(x) > self.max_src_len for x in ids)
         self._warn(cut, len(ids), f"over {self.max_src_len} tokens: cut")

@@ -8,8 +8,8 @@ from lookback.evaluate import (
     group_by_length,
     moses_lower,
     score,
-    sequence_accuracy,
 )
+from lookback.synth import sequence_accuracy
 
 
 def test_perfect_and_wrong_translations():

@@ -13,13 +13,13 @@ import pytest
 from lookback.cli import build_parser, main
 from lookback.config import from_dict
 from lookback.data import read_parallel
-from lookback.evaluate import sequence_accuracy
 from lookback.synth import (
     TASKS,
     Language,
     language,
     make_pairs,
     parse_lengths,
+    sequence_accuracy,
     synth_corpus,
     translate,
     write_split,
