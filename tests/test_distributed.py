@@ -77,6 +77,7 @@ def runs(tmp_path_factory):
     return {"tmp": tmp, **folders, "log": straight.stderr, "resumed_log": resumed.stderr}
 
 
+@pytest.mark.slow  # the module's torchrun launches take about 25 s on 2 cores
 def test_two_processes_train_as_one_process_on_the_union_of_their_batches(runs):
     one = Trainer(from_dict(raw_config(runs["tmp"], "one", accumulate=2)))
     one.train()
@@ -92,6 +93,7 @@ def test_two_processes_train_as_one_process_on_the_union_of_their_batches(runs):
     assert ref[-1]["loss"] < ref[0]["loss"]  # it learned something, so the comparison means something
 
 
+@pytest.mark.slow  # the module's torchrun launches take about 25 s on 2 cores
 def test_only_rank_0_writes(runs):
     lines = (runs["straight"] / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == len(set(lines)) == STEPS + 2  # a line per step and two validations, once each
@@ -105,6 +107,7 @@ def test_only_rank_0_writes(runs):
     assert len(cpu) == 2 and not torch.equal(*cpu)  # each rank its own dropout stream
 
 
+@pytest.mark.slow
 def test_a_resumed_two_process_run_ends_where_an_uninterrupted_one_does(runs):
     assert "resumed from step 6" in runs["resumed_log"]
     a, b = weights(runs["straight"]), weights(runs["stopped"])
@@ -115,6 +118,7 @@ def test_a_resumed_two_process_run_ends_where_an_uninterrupted_one_does(runs):
     assert [r["loss"] for r in records(runs["stopped"], "train")] == losses
 
 
+@pytest.mark.slow
 def test_a_two_process_checkpoint_resumes_in_one_process_with_the_same_global_batch(runs, caplog):
     raw = raw_config(runs["tmp"], "half", accumulate=2)
     with caplog.at_level("WARNING"):
