@@ -101,7 +101,8 @@ class Trainer:
         clock, window = time.perf_counter() - p.seconds, Window()  # training time goes on across resumes
         with stop_signals() as signals, self._bar() as bar, closing(self.run):
             updates = iter(self.plan)
-            while not (reason := stop_reason(cfg, p)):
+            reason = stop_reason(cfg, p)  # a resumed run may already be at its limits
+            while not reason:
                 start = time.perf_counter()
                 batches = next(updates)
                 loss = self.train_step(*batches)
@@ -109,9 +110,10 @@ class Trainer:
                 self._advance(clock, bar)
                 if p.step % cfg.log_every == 0:
                     window = self._log_train(window, bar)
-                if p.step % cfg.valid_every == 0 or stop_reason(cfg, p):
+                if (reason := stop_reason(cfg, p)) or p.step % cfg.valid_every == 0:
                     self.validate()
-                if not stop_reason(cfg, p) and self.ranks.any(signals):
+                    reason = stop_reason(cfg, p)  # early stopping counts this validation
+                if not reason and self.ranks.any(signals):
                     self._stop_for(signals)
             p.done = True
             logger.info("stopped at step %d: %s", p.step, reason)
