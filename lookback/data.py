@@ -117,17 +117,9 @@ def _drop_bad_pairs(src: list[str], tgt: list[str], where: str) -> tuple[list[st
 
 
 def concat_pairs(src: list[str], tgt: list[str], k_lo: int, k_hi: int) -> tuple[list[str], list[str]]:
-    """Join consecutive pairs into longer ones, in groups whose sizes cycle k_lo, ..., k_hi.
-
-    Args:
-        src: source sentences.
-        tgt: target sentences, aligned with `src`.
-        k_lo: size of the first group (k_lo == k_hi: every group has that size).
-        k_hi: size of the largest group, after which the sizes start again at k_lo.
-
-    Returns:
-        (sources, targets), each group joined by spaces; a tail shorter than its group is dropped.
-    """
+    """Join consecutive pairs of `src` and the aligned `tgt` by spaces into longer ones, in groups
+    whose sizes cycle k_lo, ..., k_hi (k_lo == k_hi: one size); a tail shorter than its group is
+    dropped. Returns (sources, targets)."""
     if not 1 <= k_lo <= k_hi:
         raise ValueError(f"group sizes {k_lo}-{k_hi}: expected 1 <= lo <= hi")
     out_src, out_tgt, start = [], [], 0
@@ -154,17 +146,9 @@ def _parse_concat(spec: str) -> tuple[int, int, str]:
 def read_parallel(
     spec: str, src_lang: str, tgt_lang: str, multi30k: str | None = None
 ) -> tuple[list[str], list[str]]:
-    """Read the corpus named by `spec` (see the module docstring for its forms).
-
-    Args:
-        spec: ``multi30k:SPLIT``, a ``.tsv``/``.tsv.gz`` file, a path prefix, or ``concat:K:SPEC``.
-        src_lang: source language code (the suffix of prefix files).
-        tgt_lang: target language code.
-        multi30k: the configured Multi30k folder (`data.multi30k_dir`), if any.
-
-    Returns:
-        (source sentences, target sentences), aligned, without empty or over-long pairs.
-    """
+    """(sources, targets) of the corpus named by `spec` (its forms: the module docstring),
+    aligned, without empty or over-long pairs. The language codes are the suffixes of prefix
+    files; `multi30k` is the configured Multi30k folder (`data.multi30k_dir`), if any."""
     if spec.startswith("concat:"):
         k_lo, k_hi, inner = _parse_concat(spec)
         src, tgt = concat_pairs(*read_parallel(inner, src_lang, tgt_lang, multi30k), k_lo, k_hi)

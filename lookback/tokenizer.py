@@ -206,18 +206,9 @@ def train_tokenizers(
 
     With `cfg.joint` both sides share one vocabulary (one SentencePiece model,
     or one word list split by each side's Moses rules). ``tokenizer.json``
-    records what was written, for `load_tokenizers`.
-
-    Args:
-        cfg: the tokenizer config.
-        src_texts: source training sentences.
-        tgt_texts: target training sentences.
-        src_lang: source language code (Moses rules of the word tokenizer).
-        tgt_lang: target language code.
-        out_dir: where the files go (created if needed).
-
-    Returns:
-        (source tokenizer, target tokenizer); the same object twice for joint SentencePiece.
+    records what was written, for `load_tokenizers`. The language codes pick the word
+    tokenizer's Moses rules; `out_dir` is created if needed. Returns (source tokenizer,
+    target tokenizer): the same object twice for joint SentencePiece.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
