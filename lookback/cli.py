@@ -285,8 +285,8 @@ def _add_model_flags(
     )
     p.add_argument(
         "--precision",
-        choices=("fp32", "bf16", "fp16"),
-        help="autocast the search (default: the config's decode.precision, fp32)",
+        choices=("auto", "fp32", "bf16", "fp16"),
+        help="autocast the search; auto: bf16 where the device runs it natively (default: decode.precision)",
     )
     if beam:
         default = "1: greedy" if greedy else "the config's decode.beam"

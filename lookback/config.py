@@ -123,7 +123,7 @@ class TrainConfig:
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates
     threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the GPU when torch sees one
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16/fp16: autocast the forward (fp16: GPU only)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # autocast (auto: bf16 where native)
 
 
 @dataclass
@@ -133,7 +133,7 @@ class DecodeConfig:
     length_penalty: float = at_least(1.0, 0)  # beam score: log P / ((5 + len) / 6) ** this (0: none)
     max_ratio: float = ranged(2.0, *_POSITIVE)  # output at most max_ratio * source length + 5 tokens
     batch_size: int = at_least(64, 1)  # sentences translated at once
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16: faster on CPUs with AVX-512 BF16
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # as train.precision, for translating
 
 
 def search_width(beam: int, nbest: int) -> int:

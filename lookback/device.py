@@ -1,14 +1,16 @@
 """Where and in what precision a model runs: device choice, autocast, CPU settings.
 
 train.device: auto | cpu | cuda       auto takes the GPU when torch sees one
-train.precision: fp32 | bf16 | fp16   bf16/fp16 autocast the forward pass;
-                                      fp16 (GPU only) scales the loss against underflow
+train.precision: auto | fp32 | bf16 | fp16   bf16/fp16 autocast the forward pass; fp16 (GPU
+    only) scales the loss against underflow; auto is bf16 where the device runs it natively
+    (a CUDA GPU that supports it, a CPU with avx512_bf16 or amx_bf16), else fp32
 decode.precision, and --device / --precision of every command that loads a model:
                                       the same for translating
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 from pathlib import Path
@@ -16,6 +18,8 @@ from pathlib import Path
 import torch
 
 from .distributed import threads_per_process
+
+logger = logging.getLogger(__name__)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -34,9 +38,21 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
     return torch.device(name)
 
 
-def check_precision(device: torch.device, precision: str, setting: str = "train.precision") -> None:
+def resolve_precision(device: torch.device, precision: str, setting: str = "train.precision") -> str:
+    """`precision`, auto made bf16 where the device runs it natively and fp32 elsewhere (logged);
+    fp16 needs a GPU; bf16 that the device would only emulate (about 20x slower) is a warning."""
     if precision == "fp16" and device.type != "cuda":
         raise ValueError(f"{setting} fp16 needs a CUDA GPU; on a CPU use bf16 or fp32")
+    cpu_native = bool({"avx512_bf16", "amx_bf16"} & set((_cpuinfo("flags") or "").split()))
+    native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_native
+    why = f"this {device.type} {'runs' if native else 'has no'} native bf16"
+    if precision == "auto":
+        logger.info("%s auto: %s (%s)", setting, "bf16" if native else "fp32", why)
+        return "bf16" if native else "fp32"
+    if precision == "bf16" and not native:
+        warning = "%s bf16: %s (no avx512_bf16 or amx_bf16), so it is emulated, about 20x slower than fp32"
+        logger.warning(warning, setting, why)
+    return precision
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
@@ -45,15 +61,18 @@ def autocast(device: torch.device, precision: str) -> torch.autocast:
     return torch.autocast(device.type, dtype=dtype, enabled=precision in DTYPES)
 
 
+def _cpuinfo(key: str) -> str | None:
+    """The first `key` line of /proc/cpuinfo (Linux), or None."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(key)), None)
+
+
 def cpu_name() -> str:
     """The CPU's model name where the system tells it (Linux), else its architecture."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def describe(device: torch.device, precision: str) -> str:

@@ -34,7 +34,7 @@ from .batch import Batch, UpdatePlan, encode_corpus, token_batches
 from .checkpoint import RunDir
 from .config import Config, save_config
 from .data import read_parallel
-from .device import autocast, check_precision, describe, resolve_device, set_threads
+from .device import autocast, describe, resolve_device, resolve_precision, set_threads
 from .errors import NonFiniteLoss
 from .evaluate import score, validation_loss
 from .model import Seq2Seq, build_model, count_parameters
@@ -52,7 +52,7 @@ class Trainer:
         self.run.prepare(resume)  # writable, and a run to resume or none to overwrite
         set_threads(cfg.train.threads)
         device = resolve_device(cfg.train.device)
-        check_precision(device, cfg.train.precision)
+        self.precision = resolve_precision(device, cfg.train.precision)  # auto: bf16 where native
         self.ranks, self.device = distributed.Ranks.join(device)  # torchrun: cuda:LOCAL_RANK
         self.run.writes = self.ranks.main
         saved = self.run.resumable(cfg, self.ranks.world, accept_changes) if resume else None
@@ -82,7 +82,7 @@ class Trainer:
         # the scheduler lowers the learning rate when validation BLEU stops rising
         self.scheduler = ReduceLROnPlateau(self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=t.min_lr)
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.train.precision == "fp16")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.translator = Translator(
             self.model, self.src_tok, self.tgt_tok, cfg.decode, cfg, device=self.device
         )
@@ -152,7 +152,7 @@ class Trainer:
             batch = batch.to(self.device)
             # DDP averages the gradients once, in the backward of the last batch
             with distributed.no_sync(self.loss_module, i == len(batches) - 1):
-                with autocast(self.device, self.cfg.train.precision):
+                with autocast(self.device, self.precision):
                     loss = self.loss_module(
                         batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, self.cfg.train.label_smoothing
                     )
@@ -167,7 +167,7 @@ class Trainer:
         # fp16's scaler skips overflowing steps itself; otherwise a NaN/inf is a fault. The gradient
         # norm is the same on every rank (DDP averaged the gradients), so all ranks decide alike
         finite = bool(torch.isfinite(norm)) and (self.ranks.world > 1 or math.isfinite(total))
-        if not finite and self.cfg.train.precision != "fp16":
+        if not finite and self.precision != "fp16":
             self.optimizer.zero_grad(set_to_none=True)
             self._nonfinite(total, float(norm))
             return math.nan
@@ -194,7 +194,7 @@ class Trainer:
         """The progress bar (rank 0's), after a word on what trains where."""
         cfg, n = self.cfg.train, count_parameters(self.model)
         logger.info("model: %.2fM parameters; %d training pairs", n / 1e6, len(self.train_data.pairs))
-        logger.info(describe(self.device, cfg.precision))
+        logger.info(describe(self.device, self.precision))
         if self.ranks.world > 1 or cfg.accumulate > 1:
             logger.info("%d process(es) x %d batch(es) per update", self.ranks.world, cfg.accumulate)
         steps, disable = cfg.max_steps or None, None if self.ranks.main else True

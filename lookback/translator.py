@@ -18,7 +18,7 @@ from torch import Tensor
 from .batch import pad
 from .checkpoint import load_checkpoint
 from .config import Config, DecodeConfig, from_dict, search_width
-from .device import autocast, check_precision
+from .device import autocast, resolve_precision
 from .errors import CheckpointError, first_line
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, beam_search, greedy
@@ -56,8 +56,7 @@ class Translator:
         self.decode = decode
         self.max_src_len = max_src_len  # longer inputs are cut, so one sentence cannot exhaust memory
         self.device = torch.device(device)
-        self.precision = precision or decode.precision  # fp32 | bf16 | fp16: autocast of the search
-        check_precision(self.device, self.precision, "precision")
+        self.precision = resolve_precision(self.device, precision or decode.precision, "precision")
 
     @classmethod
     def load(

@@ -1,0 +1,48 @@
+"""Precision that fits the hardware: auto picks bf16 only where the device runs it natively."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from lookback import device as device_module
+from lookback.device import resolve_precision
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    ("flags", "auto"),
+    [
+        ("fpu avx2 fma", "fp32"),
+        ("avx2 avx512f avx512_bf16", "bf16"),
+        ("avx2 amx_bf16 amx_tile", "bf16"),
+        (None, "fp32"),
+    ],
+)
+def test_auto_is_bf16_only_on_a_cpu_that_runs_it_natively_and_says_why(monkeypatch, caplog, flags, auto):
+    monkeypatch.setattr(device_module, "_cpuinfo", lambda key: flags if key == "flags" else "Some CPU")
+    with caplog.at_level(logging.INFO, logger="lookback.device"):
+        assert resolve_precision(CPU, "auto") == auto
+    native = "runs native bf16" if auto == "bf16" else "has no native bf16"
+    assert caplog.messages == [f"train.precision auto: {auto} (this cpu {native})"]
+
+
+def test_asked_for_bf16_without_native_support_runs_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(device_module, "_cpuinfo", lambda key: "avx2 fma" if key == "flags" else None)
+    with caplog.at_level(logging.WARNING, logger="lookback.device"):
+        assert resolve_precision(CPU, "bf16", "precision") == "bf16"
+        assert resolve_precision(CPU, "fp32") == "fp32"
+    (warning,) = caplog.messages
+    assert warning.startswith("precision bf16: this cpu has no native bf16") and "emulated" in warning
+
+
+def test_no_shipped_config_hard_codes_bf16():
+    from pathlib import Path
+
+    from lookback.config import load_config
+
+    configs = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+    assert configs and all(load_config(p).train.precision in ("auto", "fp32") for p in configs)
