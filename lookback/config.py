@@ -188,8 +188,10 @@ def _check_type(value: Any, hint: Any) -> tuple[bool, Any, str]:
         return next((r for r in results if r[0]), results[0])  # the first type that fits
     if origin is dict:
         return isinstance(value, dict), value, "a mapping"
-    if origin is list:  # list[str]
-        return isinstance(value, list) and all(isinstance(v, str) for v in value), value, "a list of strings"
+    if origin is list:  # list[str], list[int]
+        (item,) = typing.get_args(hint)
+        ok = isinstance(value, list) and all(_check_type(v, item)[0] for v in value)
+        return ok, value, f"a list of {'strings' if item is str else 'integers'}"
     if hint is bool:
         return isinstance(value, bool), value, "true or false"
     if hint is int:

@@ -16,7 +16,7 @@ with every model (e.g. hidden sizes), and the test sets:
     grid:                                    # optional; labels become name@label
       h128: {model.hidden_size: 128, model.dec_hidden_size: 128}
     tests: [multi30k:test_2016_flickr, "concat:3:multi30k:test_2016_flickr"]
-    beam: 1
+    beam: [1, 5]                             # greedy and beam 5; one size may be named alone
     synth: {task: reverse, lengths: 5-60, seed: 1, out: data/synth/reverse}  # optional: made if missing
 
 The file is checked as configs are (the Study dataclass below, built by
@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import torch
 
-from .config import Config, ConfigError, at_least, build, load_config, required, save_config
+from .config import Config, ConfigError, at_least, build, load_config, ranged, required, save_config
 from .data import read_parallel
 from .device import cpu_name
 from .evaluate import bleu_and_length, group_by_length
@@ -62,6 +62,11 @@ def _lengths_ok(lengths: str | int) -> bool:
 
 
 _LENGTHS = (_lengths_ok, "LO-HI with 1 <= LO <= HI, such as 5-60, or one length")
+_BEAMS = (lambda v: v != [] and all(k >= 1 for k in _as_list(v)), "an integer >= 1, or a list of them")
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
 
 
 @dataclass
@@ -86,7 +91,7 @@ class Study:
     models: dict[str, dict[str, Any] | None] = required(dict)  # model name -> its config overrides
     grid: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # label -> overrides, x every model
     tests: list[str] = required(list)  # corpus specs of the test sets
-    beam: int = at_least(1, 1)  # beam size of the evaluation (1: greedy)
+    beam: int | list[int] = ranged(1, _BEAMS[0], _BEAMS[1])  # beam sizes of the evaluation (1: greedy)
     synth: SynthSpec | None = None  # a synthetic corpus to write first, if it is missing
 
     def configs(self, extra: list[str] = (), only: list[str] | None = None) -> dict[str, Config]:
@@ -131,6 +136,7 @@ def load_study(path: str | Path) -> Study:
     if isinstance(raw, dict) and isinstance(raw.get("tests"), str):
         raw["tests"] = [raw["tests"]]  # one test set may be named alone
     study: Study = build(Study, raw, str(path))
+    study.beam = _as_list(study.beam)  # one beam size may be named alone
     study.base = str(path.parent / study.base)
     study.out_dir = study.out_dir or str(Path("studies") / study.name)
     study.configs()  # validate every model's config now, before any work starts
@@ -222,20 +228,25 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def _plot(path: Path, results: dict[str, dict[str, dict]], key: str, ylabel: str, title: str) -> None:
+def _plot(path: Path, per_beam: dict[int, dict[str, dict]], key: str, ylabel: str, title: str) -> None:
+    """One line per model and beam size: solid for the first size, dashed for the next, ..."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, buckets in results.items():
-        ax.plot(list(buckets), [b[key] for b in buckets.values()], marker="o", label=name)  # short to long
+    for i, (k, results) in enumerate(per_beam.items()):
+        style = ["-", "--", ":", "-."][i % 4]
+        for color, (name, buckets) in enumerate(results.items()):
+            label = name if len(per_beam) == 1 else f"{name}, {'greedy' if k == 1 else f'beam {k}'}"
+            xs, ys = list(buckets), [b[key] for b in buckets.values()]  # short to long
+            ax.plot(xs, ys, style, color=f"C{color}", marker="o", label=label)
     ax.set_xlabel("source length (words)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small")
     fig.tight_layout()
     for suffix in (".png", ".svg"):
         fig.savefig(path.with_suffix(suffix), dpi=120)
@@ -271,9 +282,11 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     report = [f"# Study: {study.name}", ""]
     for spec in study.tests:
         src, ref = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
-        per_model = {name: evaluate_model(t, src, ref, study.beam) for name, t in translators.items()}
-        result["tests"][spec] = per_model
-        report += _write_test_outputs(out, spec, per_model, configs)
+        per_beam = {
+            k: {name: evaluate_model(t, src, ref, k) for name, t in translators.items()} for k in study.beam
+        }
+        result["tests"][spec] = {f"beam{k}": per_model for k, per_model in per_beam.items()}
+        report += _write_test_outputs(out, spec, per_beam, configs)
     result["wall_seconds"] = time.perf_counter() - start
     (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
@@ -283,56 +296,57 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     return result
 
 
-def _write_test_outputs(out: Path, spec: str, per_model: dict, configs: dict[str, Config]) -> list[str]:
-    """CSV tables, plots and the report section of one test set."""
+def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str, Config]) -> list[str]:
+    """CSV tables, plots and the report section of one test set; `per_beam`: beam -> model -> buckets.
+    A model is compared with the model without attention at the same beam size."""
     slug = _slug(spec)
     table, gains, compression, cost = [], [], [], []
-    for name, buckets in per_model.items():
-        base = _baseline(name, configs)
-        for label, b in buckets.items():
-            table.append(
-                {
-                    "model": name,
-                    "bucket": label,
-                    "sentences": b["sentences"],
-                    "bleu": round(b["bleu"], 2),
-                    "length_ratio": round(b["length_ratio"], 3),
-                    "sequence_accuracy": round(b["sequence_accuracy"], 2),
-                }
-            )
-            cost.append(
-                {
-                    "model": name,
-                    "bucket": label,
-                    "ms_per_sentence": round(b["ms_per_sentence"], 3),
-                    "mean_src_words": round(b["mean_src_words"], 1),
-                }
-            )
-            if base and base != name and label in per_model[base]:
-                ref = per_model[base][label]["bleu"]
-                gains.append(
+    for k, per_model in per_beam.items():
+        for name, buckets in per_model.items():
+            base = _baseline(name, configs)
+            for label, b in buckets.items():
+                row = {"model": name, "beam": k, "bucket": label}
+                table.append(
                     {
-                        "model": name,
-                        "baseline": base,
-                        "bucket": label,
+                        **row,
+                        "sentences": b["sentences"],
                         "bleu": round(b["bleu"], 2),
-                        "baseline_bleu": round(ref, 2),
-                        "gain": round(b["bleu"] - ref, 2),
-                        "gain_percent": round(100 * (b["bleu"] - ref) / ref, 1) if ref > 0 else None,
+                        "length_ratio": round(b["length_ratio"], 3),
+                        "sequence_accuracy": round(b["sequence_accuracy"], 2),
                     }
                 )
-        if configs[name].model.attention == "none":
-            compression += [{"model": name, **row} for row in compression_rows(configs[name], buckets)]
+                cost.append(
+                    {
+                        **row,
+                        "ms_per_sentence": round(b["ms_per_sentence"], 3),
+                        "mean_src_words": round(b["mean_src_words"], 1),
+                    }
+                )
+                if base and base != name and label in per_model[base]:
+                    ref = per_model[base][label]["bleu"]
+                    gains.append(
+                        {
+                            **row,
+                            "baseline": base,
+                            "bleu": round(b["bleu"], 2),
+                            "baseline_bleu": round(ref, 2),
+                            "gain": round(b["bleu"] - ref, 2),
+                            "gain_percent": round(100 * (b["bleu"] - ref) / ref, 1) if ref > 0 else None,
+                        }
+                    )
+            if configs[name].model.attention == "none":
+                rows = compression_rows(configs[name], buckets)
+                compression += [{"model": name, "beam": k, **row} for row in rows]
     _write_csv(out / f"bleu_by_length_{slug}.csv", table)
     _write_csv(out / f"gain_over_none_{slug}.csv", gains)
     _write_csv(out / f"compression_{slug}.csv", compression)
     _write_csv(out / f"cost_{slug}.csv", cost)
-    _plot(out / f"bleu_by_length_{slug}", per_model, "bleu", "BLEU", f"BLEU by source length: {spec}")
-    _plot(out / f"cost_{slug}", per_model, "ms_per_sentence", "ms per sentence", f"Translation time: {spec}")
+    _plot(out / f"bleu_by_length_{slug}", per_beam, "bleu", "BLEU", f"BLEU by source length: {spec}")
+    _plot(out / f"cost_{slug}", per_beam, "ms_per_sentence", "ms per sentence", f"Translation time: {spec}")
     return [
         f"## {spec}",
         "",
-        _markdown(table, "BLEU and sequence accuracy by source length"),
+        _markdown(table, "BLEU, output/reference length and sequence accuracy by source length"),
         _markdown(gains, "Gain over the model without attention"),
         _markdown(compression, "The compression table (models without attention)"),
         _markdown(cost, "Cost: translation time per sentence"),

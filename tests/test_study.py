@@ -36,6 +36,7 @@ def study_file(tmp_path):
         "set": {"train.lr": 0.005},
         "models": {"none": {"model.attention": "none"}, "additive": {"model.attention": "additive"}},
         "tests": [write_corpus(tmp_path / "data", "lengths", pairs)],
+        "beam": [1, 3],
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")  # models in this order
@@ -63,7 +64,8 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         assert model["parameters"] == count_parameters(Translator.load(run_dir).model)
         assert model["train_seconds"] == returned[str(run_dir)].seconds > 0
         assert model["overrides"] == [f'model.attention="{name}"']
-        buckets = result["tests"][spec][name]
+        assert list(result["tests"][spec]) == ["beam1", "beam3"]
+        buckets = result["tests"][spec]["beam3"][name]
         assert {label: b["sentences"] for label, b in buckets.items()} == {"1-10": 3, "11-20": 2, "61+": 1}
         assert list(buckets) == ["1-10", "11-20", "61+"]  # short to long
         assert all(b["length_ratio"] > 0 for b in buckets.values())  # output over reference length
@@ -71,11 +73,23 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     slug = spec.strip("/").replace("/", "_")
     with (out / f"bleu_by_length_{slug}.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [(r["model"], r["bucket"], r["sentences"]) for r in rows] == [
-        (m, label, str(n))
+    assert [(r["model"], r["beam"], r["bucket"], r["sentences"]) for r in rows] == [
+        (m, k, label, str(n))
+        for k in ("1", "3")
         for m in ("none", "additive")
         for label, n in (("1-10", 3), ("11-20", 2), ("61+", 1))
     ]
+    with (out / f"gain_over_none_{slug}.csv").open() as f:
+        gains = list(csv.DictReader(f))  # additive against none at the same beam size, per bucket
+    bleu = {(r["model"], r["beam"], r["bucket"]): float(r["bleu"]) for r in rows}
+    assert [(r["model"], r["beam"], r["bucket"], r["baseline"]) for r in gains] == [
+        ("additive", k, label, "none") for k in ("1", "3") for label in ("1-10", "11-20", "61+")
+    ]
+    for r in gains:
+        assert float(r["baseline_bleu"]) == bleu[("none", r["beam"], r["bucket"])]
+        assert float(r["gain"]) == pytest.approx(
+            bleu[("additive", r["beam"], r["bucket"])] - bleu[("none", r["beam"], r["bucket"])], abs=0.011
+        )
     with (out / f"compression_{slug}.csv").open() as f:
         compression = list(csv.DictReader(f))
     assert {r["model"] for r in compression} == {"none"}
@@ -151,9 +165,22 @@ def test_study_files_list_every_problem_at_once_with_did_you_mean(tmp_path, stud
         "synth.sed: unknown key (did you mean 'seed'?)",
         "synth.out: required, but missing or empty",
         "models: required, but missing or empty",
-        "beam: got 0, expected an integer >= 1",
+        "beam: got 0, expected an integer >= 1, or a list of them",
         "synth.lengths: got '5-', expected LO-HI with 1 <= LO <= HI, such as 5-60, or one length",
     ]
+
+
+def test_a_list_of_beam_sizes_is_checked_size_by_size(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    assert load_study(study_file).beam == [1, 3]
+    for beam, expected in (
+        ([1, 0], "an integer >= 1, or a list of them"),
+        ([], "an integer >= 1, or a list of them"),
+        (["5"], "an integer"),
+    ):
+        assert _problems(tmp_path / "bad.yaml", {**raw, "beam": beam}) == [
+            f"beam: got {beam!r}, expected {expected}"
+        ]
 
 
 def test_every_model_config_problem_is_listed_with_its_models(tmp_path, study_file):
@@ -176,12 +203,12 @@ def test_every_model_config_problem_is_listed_with_its_models(tmp_path, study_fi
 def test_a_study_file_may_leave_out_what_has_a_default(tmp_path, study_file):
     raw = yaml.safe_load(study_file.read_text())
     raw.update(tests=raw["tests"][0], set=None, models={"base": None, "none": {"model.attention": "none"}})
-    del raw["out_dir"]
+    del raw["out_dir"], raw["beam"]
     path = tmp_path / "short.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     study = load_study(path)
     assert study.tests == [raw["tests"]]  # one test set alone: a list of one
-    assert study.out_dir == "studies/tiny" and study.beam == 1 and study.synth is None
+    assert study.out_dir == "studies/tiny" and study.beam == [1] and study.synth is None
     assert study.base == str(tmp_path / "base.yaml")  # relative to the study file
     configs = study.configs()
     assert configs["base"].model.attention == "additive" and configs["none"].model.attention == "none"
