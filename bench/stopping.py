@@ -9,8 +9,8 @@ end (longer than the reference in target pieces; running past it, the reference 
 prefix of the output in words; cut short, the output a proper prefix of the reference; at
 the length limit); and for each beam above 1, the sentences whose returned hypothesis scores
 below greedy's output under beam search's own objective (log-probability over the length
-penalty; a search error, since beam K keeps what greedy keeps at every step). No figure is
-timed, so the machine need not be idle.
+penalty): a search error, beam search returning less than a hypothesis greedy found. No
+figure is timed, so the machine need not be idle.
 """
 
 from __future__ import annotations
