@@ -123,7 +123,9 @@ class TrainConfig:
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates
     threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the GPU when torch sees one
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # autocast (auto: bf16 where native)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = (
+        "auto"  # autocast; auto: bf16 where native, else fp32
+    )
 
 
 @dataclass
@@ -133,7 +135,7 @@ class DecodeConfig:
     length_penalty: float = at_least(1.0, 0)  # beam score: log P / ((5 + len) / 6) ** this (0: none)
     max_ratio: float = ranged(2.0, *_POSITIVE)  # output at most max_ratio * source length + 5 tokens
     batch_size: int = at_least(64, 1)  # sentences translated at once
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # as train.precision, for translating
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # as train.precision, for translating
 
 
 def search_width(beam: int, nbest: int) -> int:

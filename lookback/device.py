@@ -43,8 +43,7 @@ def resolve_precision(device: torch.device, precision: str, setting: str = "trai
     fp16 needs a GPU; bf16 that the device would only emulate (about 20x slower) is a warning."""
     if precision == "fp16" and device.type != "cuda":
         raise ValueError(f"{setting} fp16 needs a CUDA GPU; on a CPU use bf16 or fp32")
-    cpu_native = bool({"avx512_bf16", "amx_bf16"} & set((_cpuinfo("flags") or "").split()))
-    native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_native
+    native = native_bf16(device)
     why = f"this {device.type} {'runs' if native else 'has no'} native bf16"
     if precision == "auto":
         logger.info("%s auto: %s (%s)", setting, "bf16" if native else "fp32", why)
@@ -53,6 +52,13 @@ def resolve_precision(device: torch.device, precision: str, setting: str = "trai
         warning = "%s bf16: %s (no avx512_bf16 or amx_bf16), so it is emulated, about 20x slower than fp32"
         logger.warning(warning, setting, why)
     return precision
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Does `device` run bf16 natively: a CUDA GPU that says so, a CPU with avx512_bf16 or amx_bf16?"""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return bool({"avx512_bf16", "amx_bf16"} & set((_cpuinfo("flags") or "").split()))
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:

@@ -46,3 +46,16 @@ def test_no_shipped_config_hard_codes_bf16():
 
     configs = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
     assert configs and all(load_config(p).train.precision in ("auto", "fp32") for p in configs)
+
+
+@pytest.mark.parametrize("flags, chosen", [("avx2 fma", "fp32"), ("avx512f avx512_bf16", "bf16")])
+def test_auto_is_the_default_for_training_and_translating(monkeypatch, flags, chosen):
+    from lookback.config import Config
+
+    cfg = Config()
+    assert cfg.train.precision == cfg.decode.precision == "auto"
+    monkeypatch.setattr(device_module, "_cpuinfo", lambda key: flags if key == "flags" else "Some CPU")
+    cpu = torch.device("cpu")
+    assert (
+        resolve_precision(cpu, cfg.train.precision) == resolve_precision(cpu, cfg.decode.precision) == chosen
+    )
