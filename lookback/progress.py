@@ -44,6 +44,27 @@ def stop_reason(cfg: TrainConfig, p: Progress) -> str | None:
     return None
 
 
+LINE_EVERY = 60.0  # seconds between progress lines where no bar shows
+
+
+def progress_line(cfg: TrainConfig, p: Progress, loss: float, tokens_per_s: float) -> str:
+    """The line that training logs about once a minute where no progress bar shows (a log file,
+    CI): update, epoch, loss, speed, elapsed time and, under a time or update limit, time left."""
+    left = [cfg.time_limit * 60 - p.seconds] if cfg.time_limit else []
+    if cfg.max_steps and p.step:
+        left.append((cfg.max_steps - p.step) * p.seconds / p.step)  # at the mean pace so far
+    steps = f"{p.step}/{cfg.max_steps}" if cfg.max_steps else str(p.step)
+    rest = f", about {_clock(min(left))} left" if left else ""
+    speed = f"{tokens_per_s:,.0f} tokens/s"
+    return f"step {steps}  epoch {p.epoch}  loss {loss:.3f}  {speed}  {_clock(p.seconds)} elapsed{rest}"
+
+
+def _clock(seconds: float) -> str:
+    """h:mm:ss, or m:ss under an hour."""
+    m, s = divmod(max(int(seconds), 0), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
 @contextmanager
 def stop_signals() -> Iterator[list[str]]:
     """Within `with`: SIGINT (Ctrl-C) or SIGTERM asks training to stop after the current update,

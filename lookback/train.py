@@ -29,7 +29,7 @@ import torch
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from tqdm import tqdm
 
-from . import distributed
+from . import distributed, progress
 from .batch import Batch, UpdatePlan, encode_corpus, token_batches
 from .checkpoint import RunDir
 from .config import Config, save_config
@@ -38,7 +38,7 @@ from .device import autocast, describe, resolve_device, resolve_precision, set_t
 from .errors import NonFiniteLoss
 from .evaluate import score, validation_loss
 from .model import Seq2Seq, build_model, count_parameters
-from .progress import Progress, Window, stop_reason, stop_signals
+from .progress import Progress, Window, progress_line, stop_reason, stop_signals
 from .tokenizer import load_tokenizers, train_tokenizers
 from .translator import Translator
 
@@ -99,6 +99,7 @@ class Trainer:
         """Train until a stopping rule fires; returns the final progress."""
         cfg, p = self.cfg.train, self.progress
         clock, window = time.perf_counter() - p.seconds, Window()  # training time goes on across resumes
+        self._line_at = p.seconds + progress.LINE_EVERY  # the next progress line, where no bar shows
         with stop_signals() as signals, self._bar() as bar, closing(self.run):
             updates = iter(self.plan)
             reason = stop_reason(cfg, p)  # a resumed run may already be at its limits
@@ -208,6 +209,9 @@ class Trainer:
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", epoch=self.progress.epoch)
         lr = self.optimizer.param_groups[0]["lr"]
         self._metrics(kind="train", loss=loss, ppl=math.exp(min(loss, 50)), tokens_per_s=tok_s, lr=lr)
+        if bar.disable and self.ranks.main and self.progress.seconds >= self._line_at:  # no bar: a line
+            logger.info(progress_line(self.cfg.train, self.progress, loss, tok_s))
+            self._line_at = self.progress.seconds + progress.LINE_EVERY
         return Window()
 
     def _metrics(self, **record: Any) -> None:

@@ -3,19 +3,22 @@ the ranks, the stopping rule and the signals; and the loop's own bookkeeping."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
+import sys
 import time
 
 import pytest
 import torch
 
+from lookback import progress as progress_module
 from lookback.batch import UpdatePlan
 from lookback.checkpoint import RunDir, load_checkpoint
 from lookback.config import ConfigError, TrainConfig, from_dict
 from lookback.distributed import Ranks
-from lookback.progress import Progress, stop_reason, stop_signals
+from lookback.progress import Progress, progress_line, stop_reason, stop_signals
 from lookback.train import Trainer
 
 from .helpers import tiny_train_config
@@ -115,6 +118,41 @@ def test_one_process_is_its_own_majority():
 def test_the_stopping_rule(train, progress, reason):
     got = stop_reason(TrainConfig(**train), Progress(**progress))
     assert got == reason if reason is None else reason in got
+
+
+def test_the_progress_line_by_hand():
+    p = Progress(step=600, epoch=2, seconds=330.0)
+    line = progress_line(TrainConfig(max_steps=2400), p, 3.14159, 3456.7)
+    # 1,800 updates to go at 0.55 s each: 990 s
+    assert line == "step 600/2400  epoch 2  loss 3.142  3,457 tokens/s  5:30 elapsed, about 16:30 left"
+    line = progress_line(TrainConfig(max_steps=0, time_limit=120), p, 2.0, 10.0)
+    assert line.endswith("5:30 elapsed, about 1:54:30 left")  # the time limit, 7,200 s, less 330
+    both = progress_line(TrainConfig(max_steps=2400, time_limit=10), p, 2.0, 10.0)
+    assert both.endswith("about 4:30 left")  # whichever limit comes first
+    assert progress_line(TrainConfig(max_steps=0), p, 2.0, 10.0).endswith("  5:30 elapsed")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_without_a_terminal_training_logs_progress_lines_instead_of_a_bar(
+    tmp_path, monkeypatch, caplog, terminal
+):
+    stderr = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)  # where tqdm draws its bar, if on a terminal
+    monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)  # every log line, not every minute
+    raw = tiny_train_config(tmp_path, train={"max_steps": 4, "valid_every": 4, "log_every": 2})
+    with caplog.at_level("INFO", logger="lookback.train"):
+        Trainer(from_dict(raw)).train()
+    lines = [r.message for r in caplog.records if r.message.startswith("step ")]
+    if terminal:
+        assert not lines and "4/4" in stderr.getvalue()  # the bar
+    else:
+        assert [line.split()[1] for line in lines] == ["2/4", "4/4"] and not stderr.getvalue()
+        assert all("tokens/s" in line and "elapsed, about" in line for line in lines)
 
 
 def test_the_first_signal_is_noted_and_a_second_stops_at_once():
