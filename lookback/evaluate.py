@@ -4,8 +4,10 @@ Two protocols, always labelled:
 - sacreBLEU and chrF on detokenised, cased text (the reproducible standard;
   the signature says exactly how it was computed);
 - the Multi30k protocol of published results: hypotheses and references
-  Moses-tokenised for the target language and lowercased, then BLEU with no
-  further tokenisation.
+  prepared as the Multi30k repository's scripts/task1-tokenize.sh prepares its
+  data (lowercase, Moses punctuation normalisation, Moses tokenisation with
+  escaping), then BLEU with no further tokenisation or smoothing, as
+  multi-bleu.perl computes it. Its own signature says so.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import sacrebleu
+import sacremoses
 import torch
-from sacremoses import MosesTokenizer
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from .batch import collate, token_batches
 from .model import Seq2Seq
@@ -27,9 +30,10 @@ BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, None))  # sourc
 class Scores:
     bleu: float
     chrf: float
-    multi30k_bleu: float  # Moses-tokenised, lowercased (the protocol of published Multi30k results)
+    multi30k_bleu: float  # the protocol of published Multi30k results (multi30k_tokenize)
     bleu_signature: str
     chrf_signature: str
+    multi30k_signature: str
     sentences: int
     length_ratio: float  # output length over reference length, in sacreBLEU's tokens (1: as long)
 
@@ -42,20 +46,22 @@ class Scores:
             f"({self.sentences} sentences)\n"
             f"  sacreBLEU signature: {self.bleu_signature}\n"
             f"  chrF signature:      {self.chrf_signature}\n"
-            f"Multi30k protocol (Moses-tokenised, lowercased, BLEU tokenize=none): "
-            f"{self.multi30k_bleu:.2f}"
+            f"Multi30k protocol (lowercased, Moses-normalised and -tokenised): {self.multi30k_bleu:.2f}\n"
+            f"  signature: {self.multi30k_signature}"
         )
 
 
 @lru_cache(maxsize=8)
-def _moses(lang: str) -> MosesTokenizer:
-    return MosesTokenizer(lang=lang)
+def _moses(lang: str) -> tuple[MosesPunctNormalizer, MosesTokenizer]:
+    return MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
 
 
-def moses_lower(lines: list[str], lang: str) -> list[str]:
-    """Moses-tokenise (no escaping) and lowercase: the text published Multi30k BLEU is computed on."""
-    tok = _moses(lang)
-    return [tok.tokenize(line, escape=False, return_str=True).lower() for line in lines]
+def multi30k_tokenize(lines: list[str], lang: str) -> list[str]:
+    """The text published Multi30k BLEU is computed on: the Multi30k repository's
+    scripts/task1-tokenize.sh (lowercase.perl | normalize-punctuation.perl -l LANG |
+    tokenizer.perl -l LANG, which escapes & " ' as &amp; &quot; &apos;), through sacremoses."""
+    norm, tok = _moses(lang)
+    return [tok.tokenize(norm.normalize(line.lower()), escape=True, return_str=True) for line in lines]
 
 
 def score(hyps: list[str], refs: list[str], tgt_lang: str) -> Scores:
@@ -66,10 +72,14 @@ def score(hyps: list[str], refs: list[str], tgt_lang: str) -> Scores:
     chrf = sacrebleu.metrics.CHRF()
     b = bleu.corpus_score(hyps, [refs])
     c = chrf.corpus_score(hyps, [refs])
-    m30k = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(
-        moses_lower(hyps, tgt_lang), [moses_lower(refs, tgt_lang)]
+    multi_bleu = sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none", force=True)  # multi-bleu.perl
+    m30k = multi_bleu.corpus_score(multi30k_tokenize(hyps, tgt_lang), [multi30k_tokenize(refs, tgt_lang)])
+    prepared = f"lc+normalize-punctuation+tokenizer.perl:{tgt_lang}(sacremoses {sacremoses.__version__})"
+    signatures = (
+        str(bleu.get_signature()),
+        str(chrf.get_signature()),
+        f"{prepared}|{multi_bleu.get_signature()}",
     )
-    signatures = str(bleu.get_signature()), str(chrf.get_signature())
     return Scores(b.score, c.score, m30k.score, *signatures, len(hyps), b.sys_len / max(b.ref_len, 1))
 
 

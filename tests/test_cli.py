@@ -76,7 +76,8 @@ def test_evaluate_prints_bleu_with_signature_and_json(run, capsys):
     assert main(["evaluate", str(run_dir), "--beam", "1"]) == 0
     out = capsys.readouterr().out
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in out
-    assert "Multi30k protocol (Moses-tokenised, lowercased" in out
+    assert "Multi30k protocol (lowercased, Moses-normalised and -tokenised)" in out
+    assert "  signature: lc+normalize-punctuation+tokenizer.perl:" in out
     assert (
         "length ratio" in out and "by source length (words): sentences, BLEU, output/reference length" in out
     )

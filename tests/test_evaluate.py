@@ -6,7 +6,7 @@ from lookback.evaluate import (
     bleu_by_length,
     bucket_of,
     group_by_length,
-    moses_lower,
+    multi30k_tokenize,
     score,
 )
 from lookback.synth import sequence_accuracy
@@ -18,12 +18,51 @@ def test_perfect_and_wrong_translations():
     assert score(["Bonjour.", "Merci."], refs, "fr").bleu < 10
 
 
-def test_multi30k_protocol_tokenises_and_lowercases():
-    assert moses_lower(["Un Chien court, l'herbe."], "fr") == ["un chien court , l' herbe ."]
+# What the Multi30k repository's scripts/task1-tokenize.sh writes for these lines: lowercase.perl,
+# normalize-punctuation.perl -l LANG and tokenizer.perl -l LANG of its Moses snapshot (3a0631a).
+# Of note: « and » become " (then &quot;) unless a non-breaking space surrounds them, the
+# French elision splits after the apostrophe (l' homme), English splits before 's.
+OFFICIAL = {
+    "fr": [
+        ("Un homme « court » dans la rue…", "un homme &quot; court &quot; dans la rue ..."),
+        (
+            "L'homme est là, à 5 000 m (environ) : d'accord ?",
+            "l&apos; homme est là , à 5 000 m ( environ ) : d&apos; accord ?",
+        ),
+        (
+            'Une femme en T-shirt "rouge" & un chien.',
+            "une femme en t-shirt &quot; rouge &quot; &amp; un chien .",
+        ),
+    ],
+    "de": [
+        ("Ein Mann „läuft“ – schnell.", "ein mann &quot; läuft &quot; - schnell ."),
+        (
+            "Zwei Hunde spielen im Schnee, 1 000 Meter weit!",
+            "zwei hunde spielen im schnee , 1 000 meter weit !",
+        ),
+    ],
+    "en": [
+        ('Two dogs\' "toys," said Bob & Tom.', "two dogs &apos; &quot; toys , &quot; said bob &amp; tom ."),
+        ("A man's hat (red) is 3.5 in. wide...", "a man &apos;s hat ( red ) is 3.5 in. wide ..."),
+    ],
+}
+
+
+@pytest.mark.parametrize("lang", sorted(OFFICIAL))
+def test_the_multi30k_protocol_prepares_text_as_the_official_scripts_do(lang):
+    lines, official = zip(*OFFICIAL[lang], strict=True)
+    assert multi30k_tokenize(list(lines), lang) == list(official)
+
+
+def test_multi30k_protocol_scores_lowercased_unsmoothed_bleu_with_its_signature():
     # case differences cost sacreBLEU but not the lowercased protocol
     s = score(["un chien court dans l'herbe verte."], ["Un chien court dans l'herbe verte."], "fr")
     assert s.multi30k_bleu == pytest.approx(100.0) and s.bleu < 100.0
     assert "tok:13a" in s.bleu_signature and "nc:6" in s.chrf_signature
+    assert s.multi30k_signature.startswith("lc+normalize-punctuation+tokenizer.perl:fr(sacremoses ")
+    assert "|tok:none|smooth:none|" in s.multi30k_signature
+    # no 4-gram in common: multi-bleu.perl's BLEU is 0, where smoothing would give more
+    assert score(["a b c d"], ["a b c e"], "en").multi30k_bleu == 0.0
 
 
 def test_length_buckets_by_hand():
