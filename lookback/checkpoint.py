@@ -8,7 +8,8 @@ of the zip archive against its CRC-32, then uses `torch.load(weights_only=True)`
 tensors and plain containers only and refuses every other object unbuilt.
 
 `RunDir` is everything a training run writes: config.yaml, the tokenizer files, metrics.jsonl,
-and best.pt / last.pt / prev.pt (the last.pt before the newest, a fallback for --resume).
+and best.pt / last.pt / prev.pt (the last.pt before the newest, a fallback for --resume);
+with train.keep_checkpoints, the weights of the last validations (step_N.pt) for averaging.
 """
 
 from __future__ import annotations
@@ -117,6 +118,25 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """The mean of the weights of checkpoints of one model, with the config of the last
+    (checkpoint averaging: Junczys-Dowmunt et al. 2016; Vaswani et al. 2017, 6.1)."""
+    states = [load_checkpoint(p) for p in paths]
+    last = states[-1]["model"]
+    for path, state in zip(paths, states, strict=True):
+        if {k: v.shape for k, v in state["model"].items()} != {k: v.shape for k, v in last.items()}:
+            raise CheckpointError(
+                f"{path}: not the same model as {paths[-1]}; only one model's checkpoints average"
+            )
+    model = {
+        k: torch.stack([s["model"][k].float() for s in states]).mean(0).to(v.dtype)
+        if v.is_floating_point()
+        else v
+        for k, v in last.items()
+    }
+    return {"model": model, "config": states[-1]["config"], "averaged": [p.name for p in paths]}
+
+
 # Keys that a resumed run cannot change and still continue the saved one exactly.
 EXACT_KEYS = ("data.src_lang", "data.tgt_lang", "data.train", "data.valid", "data.max_len", "tokenizer.")
 EXACT_KEYS += ("model.", "train.seed", "train.max_tokens")
@@ -214,6 +234,17 @@ class RunDir:
                 f"{path}: cannot write the checkpoint ({exc.strerror or exc}); the checkpoints "
                 f"already in {self.path} are untouched"
             ) from None
+
+    def keep(self, step: int, state: dict[str, Any], n: int) -> None:
+        """step_N.pt, the weights at a validation; only the n newest stay (train.keep_checkpoints)."""
+        if self.writes:
+            self.save(f"step_{step:08d}", state)
+            for old in self.kept()[:-n]:
+                old.unlink()
+
+    def kept(self) -> list[Path]:
+        """The step_N.pt files, oldest first."""
+        return sorted(self.path.glob("step_*.pt"))
 
     def log(self, record: dict[str, Any]) -> None:
         """One line of metrics.jsonl, flushed at once."""

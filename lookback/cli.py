@@ -1,8 +1,9 @@
 """The `lookback` command: thin subcommands over the Python API.
 
     lookback train CONFIG [--set key=value ...] [--resume [--accept-changes]]
-    lookback translate RUN_DIR [--beam N] [--nbest K]   (stdin -> stdout, or interactive)
-    lookback evaluate RUN_DIR [--test SPEC] [--beam N]
+    lookback translate RUN_DIR [RUN_DIR ...] [--beam N] [--nbest K]   (stdin -> stdout; several: an ensemble)
+    lookback evaluate RUN_DIR [RUN_DIR ...] [--test SPEC] [--beam N]
+    lookback average RUN_DIR [--last N]   (then --checkpoint averaged)
     lookback study STUDY.yaml [--evaluate-only]
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
@@ -64,7 +65,8 @@ def _translator(args: argparse.Namespace):
     from .translator import Translator
 
     device = resolve_device(args.device, "--device")
-    translator = Translator.load(args.run_dir, args.checkpoint, device, args.precision)
+    run_dirs = [args.run_dir] if "run_dir" in args else args.run_dirs  # several: an ensemble
+    translator = Translator.ensemble(run_dirs, args.checkpoint, device, args.precision)
     print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
     return translator
 
@@ -193,6 +195,22 @@ def cmd_neighbours(args: argparse.Namespace) -> None:
         print(f"  {sim:7.3f}  {piece}")
 
 
+def cmd_average(args: argparse.Namespace) -> None:
+    from .checkpoint import RunDir, average_checkpoints, save_checkpoint
+
+    kept = RunDir(args.run_dir).kept()
+    paths = kept[-args.last :] if args.last else kept
+    if len(paths) < 2:
+        raise ValueError(
+            f"{args.run_dir}: {len(kept)} kept checkpoint(s) (step_N.pt), and averaging needs 2 or more; "
+            "train with --set train.keep_checkpoints=N"
+        )
+    out = Path(args.run_dir) / "averaged.pt"
+    save_checkpoint(average_checkpoints(paths), out)
+    print(f"{out}: the mean of {len(paths)} checkpoints, {paths[0].name} to {paths[-1].name}")
+    print("use it with --checkpoint averaged (translate, evaluate, serve, ...)")
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     from .device import describe, resolve_device
     from .serve import serve
@@ -268,17 +286,24 @@ def _add_model_flags(
     --precision and, where it searches, --beam.
 
     Args:
-        nargs: of the run directory: None (one), "?" (explain --lecture needs none), "+" (serve).
+        nargs: of the run directory: None (one), "?" (explain --lecture needs none), "+" (serve),
+            "ensemble" (translate, evaluate: several runs translate as one).
         beam: add --beam (neighbours does not search).
         greedy: --beam defaults to 1 rather than to the config's decode.beam.
     """
-    if nargs == "+":
+    if nargs == "ensemble":
+        text = "run directory written by `lookback train`; several translate as an ensemble"
+        p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=text)
+    elif nargs == "+":
         text = "run directories written by `lookback train` (NAME=DIR names one)"
         p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=text)
     else:
         p.add_argument("run_dir", nargs=nargs, help="run directory written by `lookback train`")
     p.add_argument(
-        "--checkpoint", default="best", choices=("best", "last"), help="which checkpoint (best: else last)"
+        "--checkpoint",
+        default="best",
+        choices=("best", "last", "averaged"),
+        help="which checkpoint (best: else last; averaged: written by lookback average)",
     )
     p.add_argument(
         "--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: the GPU if torch sees one"
@@ -353,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("translate", help="translate stdin to stdout")
-    _add_model_flags(p)
+    _add_model_flags(p, nargs="ensemble")
     p.add_argument(
         "--nbest",
         type=positive_int,
@@ -363,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("evaluate", help="translate a test set and score it")
-    _add_model_flags(p)
+    _add_model_flags(p, nargs="ensemble")
     p.add_argument("--test", help="corpus spec, e.g. multi30k:test_2016_flickr (default: data.test)")
     p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
     p.add_argument("--output", help="write the translations to this file")
@@ -403,6 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=("source", "target"), default="source", help="which embedding table")
     p.add_argument("-k", type=positive_int, default=10, help="how many neighbours")
     p.set_defaults(func=cmd_neighbours)
+
+    p = sub.add_parser("average", help="average the weights of a run's last checkpoints into averaged.pt")
+    p.add_argument("run_dir", help="run directory trained with train.keep_checkpoints >= 2")
+    p.add_argument(
+        "--last", type=positive_int, metavar="N", help="average the N newest kept checkpoints (default: all)"
+    )
+    p.set_defaults(func=cmd_average)
 
     p = sub.add_parser("serve", help="the web explorer: translations and attention, models side by side")
     _add_model_flags(p, nargs="+", beam=False)

@@ -119,6 +119,9 @@ class TrainConfig:
     min_lr: float = at_least(1e-5, 0)  # never below this
     valid_every: int = at_least(500, 1)  # validate every this many updates
     valid_sample: int = at_least(3, 0)  # translations printed at each validation
+    keep_checkpoints: int = at_least(
+        0, 0
+    )  # keep the weights of the last N validations, for `lookback average`
     early_stopping: int = at_least(8, 0)  # stop after this many validations without a better BLEU (0: off)
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates
     threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)

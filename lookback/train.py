@@ -231,6 +231,9 @@ class Trainer:
         if improved:
             self.save("best")
         self.save("last")
+        if self.cfg.train.keep_checkpoints:  # weights only, for averaging
+            weights = {"model": self.model.state_dict(), "config": self.cfg.to_dict()}
+            self.run.keep(self.progress.step, weights, self.cfg.train.keep_checkpoints)
 
     def _evaluate(self) -> list[float]:
         """Loss, BLEU, chrF and the seconds they took on the validation set, logged with samples."""

@@ -19,6 +19,7 @@ from .batch import pad
 from .checkpoint import load_checkpoint
 from .config import Config, DecodeConfig, from_dict, search_width
 from .device import autocast, resolve_precision
+from .ensemble import Ensemble
 from .errors import CheckpointError, first_line
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, beam_search, greedy
@@ -41,7 +42,7 @@ class Translation:
 class Translator:
     def __init__(
         self,
-        model: Seq2Seq,
+        model: Seq2Seq | Ensemble,
         src_tok: Tokenizer,
         tgt_tok: Tokenizer,
         decode: DecodeConfig,
@@ -81,6 +82,44 @@ class Translator:
             reason = first_line(exc)
             raise CheckpointError(f"{path}: weights do not fit the model of its config ({reason})") from None
         return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
+
+    @classmethod
+    def ensemble(
+        cls,
+        run_dirs: list[str | Path],
+        checkpoint: str = "best",
+        device: str | torch.device = "cpu",
+        precision: str | None = None,
+    ) -> Translator:
+        """Several runs that translate as one (lookback.ensemble): the mean of their next-token
+        distributions. They must share their tokenizers; the first run's decode settings apply."""
+        first, *others = [cls.load(d, checkpoint) for d in run_dirs]
+        if not others:
+            return cls.load(run_dirs[0], checkpoint, device, precision)
+        for run_dir, t in zip(run_dirs[1:], others, strict=True):
+            differs = [
+                what
+                for what, a, b in (("source", first.src_tok, t.src_tok), ("target", first.tgt_tok, t.tgt_tok))
+                if _vocab(a) != _vocab(b)
+            ]
+            differs = [f"{' and '.join(differs)} vocabulary"] if differs else []
+            if first.config.data.src_eos != t.config.data.src_eos:
+                differs.append("data.src_eos")
+            if differs:
+                raise ValueError(
+                    f"{run_dir}: its {' and '.join(differs)} differ from {run_dirs[0]}'s; "
+                    "the members of an ensemble must share them"
+                )
+        model = Ensemble([first.model, *(t.model for t in others)])
+        return cls(
+            model,
+            first.src_tok,
+            first.tgt_tok,
+            first.decode,
+            first.config,
+            device=device,
+            precision=precision,
+        )
 
     def translate(
         self, sentences: list[str], beam: int | None = None, length_penalty: float | None = None
@@ -139,3 +178,7 @@ class Translator:
             ids=hyp.tokens,
             src_ids=src_ids,
         )
+
+
+def _vocab(tok: Tokenizer) -> list[str]:
+    return tok.pieces(range(tok.vocab_size))
