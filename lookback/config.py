@@ -119,6 +119,7 @@ class TrainConfig:
     min_lr: float = at_least(1e-5, 0)  # never below this
     valid_every: int = at_least(500, 1)  # validate every this many updates
     valid_sample: int = at_least(3, 0)  # translations printed at each validation
+    probe: int = at_least(32, 0)  # validation pairs whose attention entropy and diagonal weight are logged
     keep_checkpoints: int = at_least(
         0, 0
     )  # keep the weights of the last N validations, for `lookback average`

@@ -35,6 +35,7 @@ from .checkpoint import RunDir
 from .config import Config, save_config
 from .data import read_parallel
 from .device import autocast, describe, resolve_device, resolve_precision, set_threads
+from .diagnostics import probe
 from .errors import NonFiniteLoss
 from .evaluate import score, validation_loss
 from .model import Seq2Seq, build_model, count_parameters
@@ -227,7 +228,12 @@ class Trainer:
         loss, bleu, chrf, seconds = self.ranks.from_main(self._evaluate, 4)
         improved = self._track(bleu)
         ppl = math.exp(min(loss, 50))
-        self._metrics(kind="valid", loss=loss, ppl=ppl, bleu=bleu, chrf=chrf, seconds_taken=round(seconds, 2))
+        alpha = probe(self.model, self.valid_data.pairs[: self.cfg.train.probe], self.device)  # diagnostics
+        if alpha:
+            logger.info("attention: entropy %.3f of uniform, %.3f on the diagonal", *alpha.values())
+        self._metrics(
+            kind="valid", loss=loss, ppl=ppl, bleu=bleu, chrf=chrf, seconds_taken=round(seconds, 2), **alpha
+        )
         if improved:
             self.save("best")
         self.save("last")
