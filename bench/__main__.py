@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .common import cpu_model, read_json, write_json
+from .common import cpu_model, minutes_to, read_json, write_json
 from .prepare import REPO, multi30k_dir, prepare_data, prepare_seed
 
 SYSTEMS = ("lookback", "joey")
@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--warmup-steps", type=int, help="updates left out of the throughput (default 20; --quick: 3)"
+    )
+    ap.add_argument(
+        "--validate-every-minutes",
+        type=float,
+        help=f"training minutes between validations, the time-to-quality curve (default "
+        f"{settings.FULL['validate_every_s'] / 60:g}; --quick: {settings.QUICK['validate_every_s'] / 60:g})",
     )
     ap.add_argument(
         "--max-steps", type=int, default=0, help="also stop training after this many updates (0: no limit)"
@@ -196,6 +202,8 @@ def make_spec(plan: Plan, config: str, out_dir: Path, seed_dir: Path) -> dict[st
         "model": settings.model_settings(config),
         **{k: settings.TRAIN[k] for k in ("seed", "lr", "clip", "batch_sentences", "max_len")},
         "budget_s": plan.budget_s,
+        "validate_every_s": plan.validate_every_s,
+        "valid": settings.VALID_SET,
         "warmup_steps": plan.warmup,
         "max_steps": plan.args.max_steps,
         "data_dir": str(work / "data"),
@@ -242,11 +250,26 @@ def figure(system: dict[str, dict], path: tuple[str, ...]) -> float | None:
     return None if node is None else node * SCALE.get(keys[-1], 1)
 
 
+def quality_figures(systems: dict[str, dict]) -> dict[str, dict[str, float | None]]:
+    """Time to quality: training minutes each system needs to reach fixed validation BLEU
+    levels, and Joey's own last one; the validation BLEU each ends at."""
+    curves = {s: ((systems[s].get("train") or {}).get("figures") or {}).get("curve") for s in systems}
+    levels = {f"minutes to validation BLEU {b:g}": b for b in settings.QUALITY_LEVELS}
+    if curves.get("joey"):
+        levels["minutes to Joey's final validation BLEU"] = curves["joey"][-1]["bleu"]
+    table = {
+        name: {s: minutes_to(c, level) if c else None for s, c in curves.items()}
+        for name, level in levels.items()
+    }
+    table["validation BLEU at the end"] = {s: c[-1]["bleu"] if c else None for s, c in curves.items()}
+    return table
+
+
 def figures_and_ratios(systems: dict[str, dict]) -> tuple[dict, dict]:
-    table, ratios = {}, {}
-    for name, path, _ in FIGURES:
-        values = {s: figure(systems[s], path) for s in systems}
-        table[name] = values
+    table = {name: {s: figure(systems[s], path) for s in systems} for name, path, _ in FIGURES}
+    table.update(quality_figures(systems))
+    ratios = {}
+    for name, values in table.items():
         lb, joey = values.get("lookback"), values.get("joey")
         ratios[name] = lb / joey if lb is not None and joey else None
     return table, ratios
@@ -263,8 +286,9 @@ def print_table(record: dict[str, Any]) -> None:
     )
     print(f"\n{title}")
     print(f"{'figure':36} {'lookback':>12} {'joey':>12} {'lookback/joey':>14}")
-    for name, _, fmt in FIGURES:
-        values = record["figures"][name]
+    formats = {name: fmt for name, _, fmt in FIGURES}
+    for name, values in record["figures"].items():
+        fmt = formats.get(name, "{:.2f}")
         if all(v is None for v in values.values()) and "GPU" in name:
             continue
         cells = [fmt.format(values[s]) if values.get(s) is not None else "-" for s in SYSTEMS]
@@ -284,6 +308,7 @@ class Plan:
     args: argparse.Namespace
     device: str
     budget_s: float
+    validate_every_s: float
     warmup: int
     test: str  # file prefix in the data folder
     test_sentences: int
@@ -308,6 +333,11 @@ def make_plan(args: argparse.Namespace) -> Plan:
         args=args,
         device=device,
         budget_s=args.budget_minutes * 60 if args.budget_minutes is not None else mode["budget_s"],
+        validate_every_s=(
+            args.validate_every_minutes * 60
+            if args.validate_every_minutes is not None
+            else mode["validate_every_s"]
+        ),
         warmup=args.warmup_steps if args.warmup_steps is not None else mode["warmup_steps"],
         test=test,
         test_sentences=len((data / f"{test}.{settings.SRC_LANG}").read_text().splitlines()),
@@ -376,6 +406,7 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
             "batch_sentences pairs; the same batches for both systems",
             "precision": "fp32",
             "budget_s": plan.budget_s,
+            "validate_every_s": plan.validate_every_s,
             "warmup_steps": plan.warmup,
             "max_steps": plan.args.max_steps,
             "threads": plan.args.threads,

@@ -46,8 +46,10 @@ def timed_training(
     budget_s: float,
     warmup_steps: int,
     max_steps: int = 0,
+    validate: Callable[[], float] | None = None,
+    validate_every_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Train until `budget_s` seconds of wall clock have passed (or `max_steps` updates).
+    """Train until `budget_s` seconds of training have passed (or `max_steps` updates).
 
     Args:
         batches: yields the next batch; fetching (padding, tensors) is timed too.
@@ -56,32 +58,53 @@ def timed_training(
             return before the update is done (on a GPU: synchronise, e.g. by
             reading the loss as a float).
         sentences: the number of sentence pairs in a batch.
-        budget_s: the wall-clock budget, warm-up included.
         warmup_steps: first updates left out of the throughput figures.
         max_steps: stop after this many updates (0: no limit).
+        validate: returns validation BLEU; called after the first update past every
+            `validate_every_s` seconds of training, and at the end. Its own time is left
+            out of the training clock (and of the budget), so both systems' curves are of
+            training time alone.
 
     Returns:
-        Steps, seconds and the throughput after warm-up.
+        Steps, seconds and the throughput after warm-up; with `validate`, also `curve`:
+        one {"seconds", "steps", "bleu", "validate_seconds"} per validation.
     """
     start = time.perf_counter()
     steps = tokens = sents = 0
-    warm_at = start if warmup_steps == 0 else None
+    paused = 0.0  # seconds spent validating
+    warm_at = 0.0 if warmup_steps == 0 else None  # on the training clock: seconds since start - paused
     now = start
+    curve: list[dict[str, float]] = []
+
+    def check() -> None:
+        nonlocal paused
+        t0 = time.perf_counter()
+        bleu = validate()
+        took = time.perf_counter() - t0
+        curve.append({"seconds": t0 - start - paused, "steps": steps, "bleu": bleu, "validate_seconds": took})
+        paused += took
+
     for batch in batches:
         n_tokens = step(batch)
         steps += 1
         now = time.perf_counter()
         if steps == warmup_steps:
-            warm_at = now
+            warm_at = now - start - paused
         elif steps > warmup_steps:
             tokens += n_tokens
             sents += sentences(batch)
-        if now - start >= budget_s or (max_steps and steps >= max_steps):
+        trained = now - start - paused
+        if trained >= budget_s or (max_steps and steps >= max_steps):
             break
-    measured = now - warm_at if warm_at is not None and steps > warmup_steps else 0.0
-    return {
+        if validate and validate_every_s and trained >= validate_every_s * (len(curve) + 1):
+            check()
+    trained = now - start - paused
+    if validate:
+        check()  # the end of the curve
+    measured = trained - warm_at if warm_at is not None and steps > warmup_steps else 0.0
+    figures = {
         "steps": steps,
-        "seconds": now - start,
+        "seconds": trained,
         "warmup_steps": warmup_steps,
         "measured_steps": max(steps - warmup_steps, 0),
         "measured_seconds": measured,
@@ -90,6 +113,14 @@ def timed_training(
         "sentences_per_s": sents / measured if measured else None,
         "steps_per_s": (steps - warmup_steps) / measured if measured else None,
     }
+    if validate:
+        figures["curve"] = curve
+    return figures
+
+
+def minutes_to(curve: list[dict[str, float]], bleu: float) -> float | None:
+    """Training minutes at the first validation at or above `bleu`; None if none reached it."""
+    return next((p["seconds"] / 60 for p in curve if p["bleu"] >= bleu), None)
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

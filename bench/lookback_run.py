@@ -5,10 +5,12 @@
 `train` resumes a copy of the step-0 seed run through lookback's `Trainer`,
 gives the trainer's `UpdatePlan` the shared batches (bench/common.py) in
 place of its own, and drives `Trainer.train_step` over them for the
-wall-clock budget, then saves last.pt. `Trainer.train` is not used: it
-batches by tokens with length bucketing, which Joey NMT cannot reproduce,
-and it validates on its own schedule; the benchmark wants the same batches
-and no validation on both sides. `translate` loads that run with
+training budget, validating (greedy BLEU on the validation set, its time
+left out of the budget) every `validate_every_s` seconds of training, then
+saves last.pt. `Trainer.train` is not used: it batches by tokens with
+length bucketing, which Joey NMT cannot reproduce, and it validates on its
+own schedule; the benchmark wants the same batches and the same
+validations on both sides. `translate` loads that run with
 `Translator.load` and translates the test set, greedy and beam 5.
 The result file is written even when the measurement fails (with "error").
 """
@@ -74,6 +76,18 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         trainer.train_step(*batches)  # returns the loss as a float: the update is done
         return sum(b.n_tokens for b in batches)
 
+    data = Path(spec["data_dir"])
+    src = read_lines(data / f"{spec['valid']}.{settings.SRC_LANG}")
+    refs = read_lines(data / f"{spec['valid']}.{settings.TGT_LANG}")
+
+    def validate() -> float:  # greedy BLEU on the validation set, as Joey's side
+        import sacrebleu
+
+        hyps = [
+            t.text for t in trainer.translator.translate(src, beam=1, length_penalty=spec["length_penalty"])
+        ]
+        return sacrebleu.corpus_bleu(hyps, [refs]).score
+
     figures = timed_training(
         iter(plan),
         step,
@@ -81,6 +95,8 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         spec["budget_s"],
         spec["warmup_steps"],
         spec["max_steps"],
+        validate,
+        spec["validate_every_s"],
     )
     figures["epochs"] = figures["steps"] * spec["batch_sentences"] / n
     figures["train_pairs"] = n

@@ -8,7 +8,9 @@ with Joey's own code: `prepare` (data, vocabulary, `build_model`),
 `TrainManager._train_step` plus the clip / step / zero_grad that
 `TrainManager.train_and_validate` runs after it, and `predict` for
 translation. Only the loop around them is the harness's, so that both
-systems stop at the same wall-clock budget and skip validation.
+systems stop at the same training budget and validate at the same moments
+(greedy BLEU on the validation set with `predict`, its time left out of
+the budget).
 
 The equivalent Joey config (written to OUT_DIR/joey/config.yaml):
 
@@ -23,8 +25,7 @@ The equivalent Joey config (written to OUT_DIR/joey/config.yaml):
 - training: Adam 1e-3, `clip_grad_norm: 1.0`, `normalization: tokens`
   (loss averaged over target tokens, as lookback does; Joey's default
   `batch` would change what the clip acts on), a constant learning rate
-  (no validation runs inside the budget on either side, so neither
-  system's plateau schedule would ever act);
+  on both sides (the harness's validations step no schedule);
 - batching: `batch_type: sentence`, `batch_size: 80`. Joey's
   SentenceBatchSampler is kept, so its pipeline costs what it costs in
   Joey (each pair is tokenised when sampled and again when collated), but
@@ -238,7 +239,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     from joeynmt.training import TrainManager
     from torch.utils.data import DataLoader
 
-    args, model, train_data, _, _ = _load(spec, "train")
+    args, model, train_data, dev_data, _ = _load(spec, "train")
     trainer = TrainManager(
         model=model,
         model_dir=args.model_dir,
@@ -283,8 +284,22 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         model.zero_grad()
         return int(batch.ntokens)
 
+    refs = read_lines(Path(spec["data_dir"]) / f"{spec['valid']}.{spec['tgt_lang']}")
+
+    def validate() -> float:  # greedy BLEU on the validation set, as lookback's side
+        import sacrebleu
+
+        return sacrebleu.corpus_bleu(_predict(args, model, dev_data, 1, spec["length_penalty"]), [refs]).score
+
     figures = timed_training(
-        batches(), step, lambda b: int(b.nseqs), spec["budget_s"], spec["warmup_steps"], spec["max_steps"]
+        batches(),
+        step,
+        lambda b: int(b.nseqs),
+        spec["budget_s"],
+        spec["warmup_steps"],
+        spec["max_steps"],
+        validate,
+        spec["validate_every_s"],
     )
     figures["epochs"] = figures["steps"] * size / n
     figures["train_pairs"] = n
@@ -298,31 +313,38 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
+def _predict(args, model, data, beam: int, length_penalty: float) -> list[str]:
+    """Joey's `predict` on `data`: its detokenised hypotheses, in input order."""
+    import torch
+    from joeynmt.prediction import predict
+
+    test_args = args.test._replace(beam_size=beam, beam_alpha=length_penalty if beam > 1 else -1)
+    out = predict(
+        model=model,
+        data=data,
+        device=args.device,
+        n_gpu=args.n_gpu,
+        compute_loss=False,
+        normalization=args.train.normalization,
+        num_workers=0,
+        args=test_args,
+        autocast=args.autocast,
+    )
+    if args.device.type == "cuda":
+        torch.cuda.synchronize(args.device)
+    return out[2]
+
+
 def translate(spec: dict[str, Any]) -> dict[str, Any]:
     import sacrebleu
     import torch
-    from joeynmt.prediction import predict
 
     args, model, _, warm_data, test_data = _load(spec, "translate")
     if args.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(args.device)
 
     def run(data, beam: int) -> list[str]:
-        test_args = args.test._replace(beam_size=beam, beam_alpha=spec["length_penalty"] if beam > 1 else -1)
-        out = predict(
-            model=model,
-            data=data,
-            device=args.device,
-            n_gpu=args.n_gpu,
-            compute_loss=False,
-            normalization=args.train.normalization,
-            num_workers=0,
-            args=test_args,
-            autocast=args.autocast,
-        )
-        if args.device.type == "cuda":
-            torch.cuda.synchronize(args.device)
-        return out[2]  # detokenised hypotheses, in input order
+        return _predict(args, model, data, beam, spec["length_penalty"])
 
     run(warm_data, 1)  # first calls allocate and pick kernels: not timed
     data = Path(spec["data_dir"])

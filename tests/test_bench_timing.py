@@ -1,0 +1,91 @@
+"""bench/common.py's timed training loop on a fake clock: the validation curve and time to quality."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from bench import common
+from bench.common import minutes_to, timed_training
+
+
+class Clock:
+    """time.perf_counter that moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(common.time, "perf_counter", c)
+    return c
+
+
+def test_validation_time_is_left_out_of_the_training_clock_and_the_budget(clock):
+    bleus = iter([10.0, 25.0, 41.0, 52.0, 53.0])
+
+    def step(batch) -> int:
+        clock.now += 1.0  # one second an update, 10 target tokens
+        return 10
+
+    def validate() -> float:
+        clock.now += 7.0  # slow validations must not eat the training budget
+        return next(bleus)
+
+    figures = timed_training(
+        itertools.repeat(None), step, lambda b: 2, budget_s=40, warmup_steps=0, validate=validate,
+        validate_every_s=10,
+    )  # fmt: skip
+    assert figures["steps"] == 40 and figures["seconds"] == 40.0  # 40 s of training; 4 x 7 s not counted
+    curve = figures["curve"]
+    assert [(p["seconds"], p["steps"], p["bleu"]) for p in curve] == [
+        (10.0, 10, 10.0),
+        (20.0, 20, 25.0),
+        (30.0, 30, 41.0),
+        (40.0, 40, 52.0),  # the end, after the budget
+    ]
+    assert all(p["validate_seconds"] == 7.0 for p in curve)
+    assert figures["target_tokens_per_s"] == 10.0  # 400 tokens in 40 s of training
+    assert minutes_to(curve, 40) == pytest.approx(0.5) and minutes_to(curve, 25) == pytest.approx(1 / 3)
+    assert minutes_to(curve, 60) is None
+
+
+def test_without_validation_the_loop_is_as_before(clock):
+    def step(batch) -> int:
+        clock.now += 0.5
+        return 4
+
+    figures = timed_training(itertools.repeat(None), step, lambda b: 1, budget_s=10, warmup_steps=4)
+    assert "curve" not in figures and figures["steps"] == 20 and figures["seconds"] == 10.0
+    assert figures["measured_steps"] == 16 and figures["measured_seconds"] == 8.0
+    assert figures["target_tokens_per_s"] == 8.0
+
+
+def test_time_to_quality_levels_and_joeys_final_score_with_ratios(tmp_path):
+    from bench.__main__ import figures_and_ratios
+    from bench.curves import main as plot
+
+    def system(points):
+        curve = [{"seconds": s, "steps": 1, "bleu": b, "validate_seconds": 1.0} for s, b in points]
+        return {"train": {"figures": {"curve": curve}}}
+
+    systems = {
+        "lookback": system([(60, 10), (120, 45), (180, 52)]),
+        "joey": system([(60, 5), (120, 30), (240, 41)]),
+    }
+    table, ratios = figures_and_ratios(systems)
+    assert table["minutes to validation BLEU 40"] == {"lookback": 2.0, "joey": 4.0}
+    assert table["minutes to validation BLEU 50"] == {"lookback": 3.0, "joey": None}
+    assert table["minutes to Joey's final validation BLEU"] == {"lookback": 2.0, "joey": 4.0}  # 41
+    assert ratios["minutes to Joey's final validation BLEU"] == 0.5  # half Joey's time
+    assert table["validation BLEU at the end"] == {"lookback": 52, "joey": 41}
+    record = {"config": "feed", "machine": {"cpu_model": "AMD EPYC", "gpu": None}, "systems": systems}
+    common.write_json(tmp_path / "r.json", record)
+    assert plot([str(tmp_path / "r.json"), "-o", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").stat().st_size > 0
