@@ -285,7 +285,7 @@ def print_table(record: dict[str, Any]) -> None:
         f"{', QUICK' if record['quick'] else ''}"
     )
     print(f"\n{title}")
-    print(f"{'figure':36} {'lookback':>12} {'joey':>12} {'lookback/joey':>14}")
+    print(f"{'figure':40} {'lookback':>12} {'joey':>12} {'lookback/joey':>14}")
     formats = {name: fmt for name, _, fmt in FIGURES}
     for name, values in record["figures"].items():
         fmt = formats.get(name, "{:.2f}")
@@ -293,7 +293,7 @@ def print_table(record: dict[str, Any]) -> None:
             continue
         cells = [fmt.format(values[s]) if values.get(s) is not None else "-" for s in SYSTEMS]
         ratio = record["ratios"][name]
-        print(f"{name:36} {cells[0]:>12} {cells[1]:>12} {f'{ratio:.2f}' if ratio is not None else '-':>14}")
+        print(f"{name:40} {cells[0]:>12} {cells[1]:>12} {f'{ratio:.2f}' if ratio is not None else '-':>14}")
     for system, tasks in record["systems"].items():
         for task, result in tasks.items():
             if result.get("error"):
