@@ -120,16 +120,12 @@ class TrainConfig:
     valid_every: int = at_least(500, 1)  # validate every this many updates
     valid_sample: int = at_least(3, 0)  # translations printed at each validation
     probe: int = at_least(32, 0)  # validation pairs whose attention entropy and diagonal weight are logged
-    keep_checkpoints: int = at_least(
-        0, 0
-    )  # keep the weights of the last N validations, for `lookback average`
+    keep_checkpoints: int = at_least(0, 0)  # keep the last N validations' weights (lookback average)
     early_stopping: int = at_least(8, 0)  # stop after this many validations without a better BLEU (0: off)
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates
     threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the GPU when torch sees one
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = (
-        "auto"  # autocast; auto: bf16 where native, else fp32
-    )
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # autocast; auto: bf16 where native
 
 
 @dataclass
