@@ -40,6 +40,7 @@ from .errors import NonFiniteLoss
 from .evaluate import score, validation_loss
 from .model import Seq2Seq, build_model, count_parameters
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals
+from .schedule import set_lr
 from .tokenizer import load_tokenizers, train_tokenizers
 from .translator import Translator
 
@@ -80,7 +81,7 @@ class Trainer:
         self.loss_module = distributed.wrap(self.model, self.device)  # in DDP under torchrun
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr)
-        # the scheduler lowers the learning rate when validation BLEU stops rising
+        # train.schedule plateau: lower the learning rate when validation BLEU stops rising
         self.scheduler = ReduceLROnPlateau(self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=t.min_lr)
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
@@ -107,6 +108,7 @@ class Trainer:
             while not reason:
                 start = time.perf_counter()
                 batches = next(updates)
+                set_lr(self.optimizer, cfg, p.step + 1)  # warm-up and the schedule's shape
                 loss = self.train_step(*batches)
                 window.add(loss, batches, time.perf_counter() - start)
                 self._advance(clock, bar)
@@ -259,8 +261,9 @@ class Trainer:
 
     def _track(self, bleu: float) -> bool:
         """The learning-rate schedule, best BLEU and early stopping; True if `bleu` is the best yet."""
-        p = self.progress
-        self.scheduler.step(bleu)
+        p, t = self.progress, self.cfg.train
+        if t.schedule == "plateau" and p.step > t.warmup:
+            self.scheduler.step(bleu)
         if bleu > p.best_bleu:
             p.best_bleu, p.bad_validations = bleu, 0
             return True
