@@ -23,6 +23,7 @@ import argparse
 import itertools
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +68,9 @@ def _translator(args: argparse.Namespace):
     device = resolve_device(args.device, "--device")
     run_dirs = [args.run_dir] if "run_dir" in args else args.run_dirs  # several: an ensemble
     translator = Translator.ensemble(run_dirs, args.checkpoint, device, args.precision)
+    for key in ("length_penalty", "max_ratio"):  # --length-penalty, --max-ratio: this run only
+        if getattr(args, key, None) is not None:
+            setattr(translator.decode, key, getattr(args, key))
     print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
     return translator
 
@@ -275,6 +279,23 @@ def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def float_at_least(lo: float, open_: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number >= lo (> lo when open_)."""
+    expected = f"a number {'>' if open_ else '>='} {lo:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < lo or (open_ and value == lo):
+            shown = text if len(text) <= 20 else text[:17] + "..."
+            raise argparse.ArgumentTypeError(f"got {shown!r}, expected {expected}")
+        return value
+
+    return parse
+
+
 positive_int = int_range(1)
 nonnegative_int = int_range(0)
 
@@ -317,6 +338,20 @@ def _add_model_flags(
         default = "1: greedy" if greedy else "the config's decode.beam"
         p.add_argument(
             "--beam", type=positive_int, default=1 if greedy else None, help=f"beam size (default {default})"
+        )
+        p.add_argument(
+            "--length-penalty",
+            type=float_at_least(0),
+            metavar="A",
+            help="beam search ranks finished outputs by log P / ((5 + length) / 6) ** A (GNMT); 0 ranks by "
+            "log P alone, which favours short outputs (default: decode.length_penalty)",
+        )
+        p.add_argument(
+            "--max-ratio",
+            type=float_at_least(0, open_=True),
+            metavar="R",
+            help="the length limit: an output has at most R x source tokens + 5, </s> included; one cut "
+            "there still pays for its </s> (default: decode.max_ratio)",
         )
 
 

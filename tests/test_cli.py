@@ -321,3 +321,22 @@ def test_every_command_that_loads_a_model_says_where_it_runs(run, tmp_path, caps
         "max_chars": 500,
         "workers": 3,
     }
+
+
+def test_length_penalty_and_limit_flags_change_the_search(run, monkeypatch, capsys):
+    run_dir, _ = run
+    sources = ["the dog sees the cat in the house with the man .", "a man runs ."]
+
+    def translate(*flags: str) -> list[str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(sources) + "\n"))
+        assert main(["translate", str(run_dir), "--beam", "3", *flags]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    full = translate()
+    assert len(full[0].split()) > 3  # the model writes the whole first sentence
+    cut = translate("--max-ratio", "0.01")  # at most ceil(0.01 x source) + 5 = 6 tokens, </s> included
+    assert all(len(line.split()) <= 5 for line in cut) and cut != full
+    with pytest.raises(SystemExit) as exit_:
+        main(["translate", str(run_dir), "--length-penalty", "-1"])
+    assert exit_.value.code == 2
+    assert "--length-penalty: got '-1', expected a number >= 0" in capsys.readouterr().err
