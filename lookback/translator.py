@@ -93,9 +93,9 @@ class Translator:
     ) -> Translator:
         """Several runs that translate as one (lookback.ensemble): the mean of their next-token
         distributions. They must share their tokenizers; the first run's decode settings apply."""
-        first, *others = [cls.load(d, checkpoint) for d in run_dirs]
-        if not others:
+        if len(run_dirs) == 1:
             return cls.load(run_dirs[0], checkpoint, device, precision)
+        first, *others = [cls.load(d, checkpoint) for d in run_dirs]
         for run_dir, t in zip(run_dirs[1:], others, strict=True):
             differs = [
                 what
