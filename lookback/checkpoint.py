@@ -115,6 +115,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a lookback checkpoint (no model or config inside)")
     if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
         raise CheckpointError(f"{path}: not a lookback checkpoint (its model is not a dict of named tensors)")
+    if isinstance(state["config"].get("data"), dict):  # saved before data.src_eos: trained without it
+        state["config"]["data"].setdefault("src_eos", False)
     return state
 
 

@@ -66,7 +66,7 @@ class DataConfig:
     test: str = nonempty("multi30k:test_2016_flickr", _CORPUS)  # default test corpus for `lookback evaluate`
     multi30k_dir: str | None = None  # Multi30k files; else $LOOKBACK_MULTI30K, else download to cache
     max_len: int = at_least(100, 1)  # training pairs longer than this (in tokens, either side) are skipped
-    src_eos: bool = False  # end every source with </s>, so that attention has an end to find
+    src_eos: bool = True  # end every source with </s>, so that attention has an end to find
 
 
 @dataclass

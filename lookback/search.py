@@ -173,9 +173,14 @@ def beam_search(
     nbest: int = 1,
     length_penalty: float = 1.0,
     max_ratio: float = 2.0,
+    seeds: list[Hypothesis] | None = None,
 ) -> list[list[Hypothesis]]:
     """Keep the `beam` best partial outputs of each sentence at every step; return its `nbest`
     best finished ones, scored by log-probability over lp(length) ** `length_penalty`.
+
+    `seeds`, one finished hypothesis per sentence (the Translator passes greedy's outputs),
+    join the finished ones from the start: a beam can prune the path greedy took, and with
+    them the search never returns less than greedy under its own objective.
 
     A sentence is done when no live hypothesis can beat its nbest-th finished one: with
     log-probability L, none can score above L / lp(limit), as log-probabilities only fall
@@ -186,6 +191,9 @@ def beam_search(
     B, K, device, order = src.size(0), beam, src.device, itertools.count()
     live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
     finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first
+    for heap, h in zip(finished, seeds or [], strict=False):
+        h = Hypothesis(h.tokens, h.logprob / lp(len(h.tokens) + 1, length_penalty), h.logprob, h.alpha)
+        heap.append((h.score, -next(order), h))  # found first: ranks first among equals
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
         A, k = live.scores.shape
@@ -202,6 +210,8 @@ def beam_search(
         for a, j in ends.nonzero().tolist():
             hyp = live.finish(int(cand_rows[a, j]), float(cand_scores[a, j]), src_len, length_penalty)
             heap = finished[int(live.sent[a])]
+            if seeds and hyp.tokens == seeds[int(live.sent[a])].tokens:
+                continue  # the seed itself, found again
             heapq.heappush(heap, (hyp.score, -next(order), hyp))  # ties: the first found ranks first
             if len(heap) > K:
                 heapq.heappop(heap)  # the worst of K + 1

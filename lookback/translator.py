@@ -139,10 +139,11 @@ class Translator:
         beam = search_width(beam or self.decode.beam, nbest)
         length_penalty = self.decode.length_penalty if length_penalty is None else length_penalty
         ids = [self.src_tok.encode(s) for s in sentences]
-        cut = sum(len(x) > self.max_src_len for x in ids)
-        self._warn(cut, len(ids), f"over {self.max_src_len} tokens: cut")
         eos = [EOS] if self.config and self.config.data.src_eos else []  # as the model was trained
-        ids = [x[: self.max_src_len] + eos if x else x for x in ids]
+        room = self.max_src_len - len(eos)  # the source, </s> included, stays within max_src_len
+        cut = sum(len(x) > room for x in ids)
+        self._warn(cut, len(ids), f"over {self.max_src_len} tokens{' with </s>' if eos else ''}: cut")
+        ids = [x[:room] + eos if x else x for x in ids]
         self._warn(sum(not x for x in ids), len(ids), "no source tokens: translated as empty")
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
@@ -152,10 +153,11 @@ class Translator:
             src, src_len = pad([ids[i] for i in chunk])
             src, src_len, ratio = src.to(self.device), src_len.to(self.device), self.decode.max_ratio
             with autocast(self.device, self.precision):
+                first = greedy(self.model, src, src_len, ratio)
                 if beam == 1 and nbest == 1:
-                    hyps = [[h] for h in greedy(self.model, src, src_len, ratio)]
-                else:
-                    hyps = beam_search(self.model, src, src_len, beam, nbest, length_penalty, ratio)
+                    hyps = [[h] for h in first]
+                else:  # greedy's outputs seed the beam: never less than greedy (docs/search.md)
+                    hyps = beam_search(self.model, src, src_len, beam, nbest, length_penalty, ratio, first)
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
         empty_out = sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x)

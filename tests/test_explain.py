@@ -9,7 +9,7 @@ from lookback.alignment import merge_words, plot_alignment, word_groups
 from lookback.config import DecodeConfig, from_dict
 from lookback.explain import embedding_similarities, format_trace, lecture, lecture_numbers, trace
 from lookback.neighbours import cosine, neighbours
-from lookback.tokenizer import WordTokenizer
+from lookback.tokenizer import EOS, WordTokenizer
 from lookback.translator import Translator
 
 from .helpers import WORDS
@@ -74,7 +74,7 @@ def test_trace_replays_the_models_own_attention(model):
 def test_trace_context_is_the_weighted_sum_of_the_encoder_states():
     t = toy_translator(attention="additive")
     tr = trace(t, SENTENCE)
-    ids = t.src_tok.encode(SENTENCE)
+    ids = t.src_tok.encode(SENTENCE) + [EOS] * t.config.data.src_eos  # as the model reads it
     with torch.no_grad():
         h = t.model.encode(torch.tensor([ids]), torch.tensor([len(ids)])).h[0]  # (S, He)
     for st in tr.steps:

@@ -217,3 +217,37 @@ def test_the_search_goes_on_past_improbable_ends_until_none_can_win():
     expected = 4 * math.log(0.9) + math.log(0.95)
     assert best.tokens == [4, 4, 4, 4]
     assert best.score == pytest.approx(expected / lp(5, 1.0), abs=1e-3)
+
+
+def test_greedy_as_a_seed_keeps_beam_search_from_returning_less_than_greedy():
+    """A decoder whose beam of 2 prunes the path greedy takes: after <s> a (.40) or b (.35);
+    after 'a' greedy goes on with a (.34) and then ends (.95), but 'b c' (.175) and 'b b'
+    (.1575) both beat 'a a' (.136) at step 2, and every path from b ends badly. Alone, beam 2
+    returns less than greedy under its own objective; seeded with greedy's output, it cannot."""
+    model = tiny_model(vocab=4, attention="additive", seed=9)  # target ids: 4 a, 5 b, 6 c
+    forward, t = model.decoder.forward, [0]
+    P = {  # (step, previous token) -> P(pad, unk, <s>, </s>, a, b, c)
+        (0, BOS): [1e-4, 1e-4, 1e-4, 0.05, 0.40, 0.35, 0.1997],
+        (1, 4): [1e-4, 1e-4, 1e-4, 0.0097, 0.34, 0.33, 0.32],
+        (1, 5): [1e-4, 1e-4, 1e-4, 0.0097, 0.04, 0.45, 0.50],
+        (2, 4): [1e-4, 1e-4, 1e-4, 0.95, 0.0166, 0.0166, 0.0165],
+    }
+    other = [1e-4, 1e-4, 1e-4, 0.2, 0.0333, 0.3833, 0.3831]  # any other step: </s> .2
+
+    def fixed(y, enc, state):
+        out = forward(y, enc, state)
+        t[0] = 0 if bool((y[:, -1] == BOS).all()) else t[0] + 1
+        rows = [P.get((min(t[0], 2), int(prev)), other) for prev in y[:, -1]]
+        return out._replace(logits=torch.log(torch.tensor(rows)).unsqueeze(1))
+
+    model.decoder.forward = fixed
+    src, src_len = pad([[1, 1, 1]])
+    [g] = greedy(model, src, src_len)
+    assert g.tokens == [4, 4] and g.logprob == pytest.approx(math.log(0.40 * 0.34 * 0.95), abs=1e-4)
+    floor = g.logprob / lp(3, 1.0)
+    [[alone]] = beam_search(model, src, src_len, beam=2)
+    assert alone.tokens[0] == 5 and alone.score < floor - 0.5  # greedy's path was pruned
+    [[seeded]] = beam_search(model, src, src_len, beam=2, seeds=[g])
+    assert seeded.tokens == [4, 4] and seeded.score == pytest.approx(floor)
+    hyps = beam_search(model, src, src_len, beam=3, nbest=3, seeds=[g])[0]  # the seed is not listed twice
+    assert len({tuple(h.tokens) for h in hyps}) == len(hyps) == 3

@@ -50,7 +50,7 @@ def test_translate_gives_every_model_side_by_side(client):
     assert [(r["model"], r["attention"]) for r in results] == [("none", "none"), ("attn", "additive")]
     for r in results:
         assert r["translation"] and r["tokens"]
-        assert r["src_tokens"] == ["the", "small", "dog", "runs", "."]
+        assert r["src_tokens"] == ["the", "small", "dog", "runs", ".", "</s>"]  # data.src_eos, the default
         scores = [c["score"] for c in r["candidates"]]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True)
         assert r["candidates"][0] == {"text": r["translation"], "score": r["score"]}

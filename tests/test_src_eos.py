@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -12,7 +14,7 @@ from lookback.config import from_dict
 from lookback.explain import trace
 from lookback.serve import create_app
 from lookback.tokenizer import EOS, WordTokenizer
-from lookback.train import Trainer
+from lookback.train import Trainer, train
 from lookback.translator import Translator
 
 from .helpers import tiny_train_config
@@ -57,3 +59,20 @@ def test_merging_pieces_into_words_keeps_the_source_end_a_word_of_its_own():
     merged, words, _ = merge_words(weights, pieces, ["▁x"])
     assert words == ["le", "chien", "</s>"]
     assert merged[0].tolist() == pytest.approx([0.1, 0.5, 0.4])
+
+
+def test_the_default_is_on_and_a_run_saved_before_the_option_translates_without_it(tmp_path):
+    assert from_dict({}).data.src_eos is True  # chosen on Multi30k's validation sets (docs/search.md)
+    raw = tiny_train_config(tmp_path, train={"max_steps": 10, "valid_every": 10})
+    raw["data"]["src_eos"] = False
+    run_dir = train(from_dict(raw))
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old)
+    state = torch.load(old / "best.pt", weights_only=True)
+    del state["config"]["data"]["src_eos"]  # as a checkpoint from before the option was
+    torch.save(state, old / "best.pt")
+    loaded = Translator.load(old)
+    assert loaded.config.data.src_eos is False
+    same = Translator.load(run_dir).translate(["the dog runs ."], beam=3)[0]
+    out = loaded.translate(["the dog runs ."], beam=3)[0]
+    assert out.src_tokens == same.src_tokens == ["the", "dog", "runs", "."] and out.ids == same.ids

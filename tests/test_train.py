@@ -51,7 +51,7 @@ def test_run_directory_holds_config_tokenizers_metrics_and_checkpoints(trained):
 
 def test_checkpoint_round_trip_translates_identically(trained):
     sentences = [e for e, _ in toy_pairs(12, seed=7)]
-    in_memory = Translator(trained.model, trained.src_tok, trained.tgt_tok, trained.cfg.decode)
+    in_memory = Translator(trained.model, trained.src_tok, trained.tgt_tok, trained.cfg.decode, trained.cfg)
     loaded = Translator.load(trained.run.path, checkpoint="last")
     a = in_memory.translate(sentences, beam=3)
     b = loaded.translate(sentences, beam=3)
@@ -158,7 +158,7 @@ def test_translator_handles_empty_and_overlong_input(trained, caplog):
     assert len(long.src_tokens) == t.max_src_len  # cut, so one input cannot exhaust memory
     assert fine.text
     said = [r.getMessage() for r in caplog.records]
-    assert "1 of 3 sentence(s) with over 250 tokens: cut" in said
+    assert "1 of 3 sentence(s) with over 250 tokens with </s>: cut" in said
     assert "1 of 3 sentence(s) with no source tokens: translated as empty" in said
     assert not any("empty output" in m for m in said)
     assert len(t.translate_nbest(["the dog ."], beam=2, nbest=3)[0]) == 3  # the beam grows to nbest
