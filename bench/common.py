@@ -21,6 +21,7 @@ import random
 import resource
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,47 @@ def timed_training(
 def minutes_to(curve: list[dict[str, float]], bleu: float) -> float | None:
     """Training minutes at the first validation at or above `bleu`; None if none reached it."""
     return next((p["seconds"] / 60 for p in curve if p["bleu"] >= bleu), None)
+
+
+def run_measurement(
+    system: str, tasks: dict[str, Callable[[dict], dict]], argv: list[str], **extra: Any
+) -> int:
+    """`SCRIPT TASK SPEC.json RESULT.json`, the main of both systems' measurement scripts: run
+    one task on the spec, then write its figures, or how it failed (every run's JSON is kept,
+    misses included), with the process's peak memory. `extra` goes into the result."""
+    task, spec_path, out_path = argv
+    spec = read_json(spec_path)
+    set_threads_env(spec["threads"])
+    import torch  # both systems' environments have it; this module's top imports none
+
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    result: dict[str, Any] = {"system": system, "task": task, "error": None, **extra}
+    try:
+        result["figures"] = tasks[task](spec)
+    except Exception as exc:  # recorded, not raised
+        traceback.print_exc()
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    result["torch_threads"] = torch.get_num_threads()
+    write_json(Path(out_path), result)
+    return 0 if result["error"] is None else 1
+
+
+def timed_translation(translate: Callable[[], list[str]], refs: list[str], out: Path) -> dict[str, Any]:
+    """One timed call that translates the test set: its speed and sacreBLEU (default settings,
+    with the signature); the hypotheses are written to `out`."""
+    import sacrebleu  # both systems' environments have it; this module's top imports none
+
+    hyps, seconds = timed(translate)
+    bleu = sacrebleu.metrics.BLEU()
+    Path(out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    return {
+        "seconds": seconds,
+        "sentences_per_s": len(hyps) / seconds,
+        "bleu": bleu.corpus_score(hyps, [refs]).score,
+        "bleu_signature": str(bleu.get_signature()),
+    }
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

@@ -20,21 +20,11 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from . import settings
-from .common import (
-    epoch_batches,
-    peak_rss_bytes,
-    read_json,
-    read_lines,
-    set_threads_env,
-    timed,
-    timed_training,
-    write_json,
-)
+from .common import epoch_batches, read_lines, run_measurement, timed_training, timed_translation
 
 
 def _device(spec: dict[str, Any]):
@@ -113,7 +103,6 @@ def _cuda_peak(device) -> int | None:
 
 
 def translate(spec: dict[str, Any]) -> dict[str, Any]:
-    import sacrebleu
 
     from lookback.translator import Translator
 
@@ -135,16 +124,8 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
             _sync(device)
             return out
 
-        hyps, seconds = timed(run)
-        bleu = sacrebleu.metrics.BLEU()
-        figures[f"beam{beam}"] = {
-            "seconds": seconds,
-            "sentences_per_s": len(src) / seconds,
-            "bleu": bleu.corpus_score(hyps, [refs]).score,
-            "bleu_signature": str(bleu.get_signature()),
-        }
-        (Path(spec["out_dir"]) / f"lookback.beam{beam}.txt").write_text(
-            "".join(h + "\n" for h in hyps), encoding="utf-8"
+        figures[f"beam{beam}"] = timed_translation(
+            run, refs, Path(spec["out_dir"]) / f"lookback.beam{beam}.txt"
         )
     figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
     return figures
@@ -154,25 +135,7 @@ TASKS = {"train": train, "translate": translate}
 
 
 def main(argv: list[str]) -> int:
-    task, spec_path, out_path = argv
-    spec = read_json(spec_path)
-    set_threads_env(spec["threads"])
-    import torch
-
-    from lookback.errors import first_line
-
-    if spec["threads"]:
-        torch.set_num_threads(spec["threads"])
-    result: dict[str, Any] = {"system": "lookback", "task": task, "error": None}
-    try:
-        result["figures"] = TASKS[task](spec)
-    except Exception as exc:  # recorded, not raised: every run's JSON is kept, misses included
-        traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {first_line(exc, 500)}"
-    result["peak_rss_bytes"] = peak_rss_bytes()
-    result["torch_threads"] = torch.get_num_threads()
-    write_json(Path(out_path), result)
-    return 0 if result["error"] is None else 1
+    return run_measurement("lookback", TASKS, argv)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
-import traceback
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -59,13 +58,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench.common, wi
 
 from bench.common import (  # noqa: E402
     epoch_batches,
-    peak_rss_bytes,
-    read_json,
     read_lines,
-    set_threads_env,
-    timed,
+    run_measurement,
     timed_training,
-    write_json,
+    timed_translation,
 )
 
 
@@ -336,7 +332,6 @@ def _predict(args, model, data, beam: int, length_penalty: float) -> list[str]:
 
 
 def translate(spec: dict[str, Any]) -> dict[str, Any]:
-    import sacrebleu
     import torch
 
     args, model, _, warm_data, test_data = _load(spec, "translate")
@@ -351,17 +346,8 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
     refs = read_lines(data / f"{spec['test']}.{spec['tgt_lang']}")
     figures: dict[str, Any] = {"sentences": len(test_data)}
     for beam in spec["beams"]:
-        hyps, seconds = timed(partial(run, test_data, beam))
-        bleu = sacrebleu.metrics.BLEU()
-        figures[f"beam{beam}"] = {
-            "seconds": seconds,
-            "sentences_per_s": len(hyps) / seconds,
-            "bleu": bleu.corpus_score(hyps, [refs]).score,
-            "bleu_signature": str(bleu.get_signature()),
-        }
-        (Path(spec["out_dir"]) / f"joey.beam{beam}.txt").write_text(
-            "".join(h + "\n" for h in hyps), encoding="utf-8"
-        )
+        out = Path(spec["out_dir"]) / f"joey.beam{beam}.txt"
+        figures[f"beam{beam}"] = timed_translation(partial(run, test_data, beam), refs, out)
     figures["peak_cuda_allocated_bytes"] = (
         torch.cuda.max_memory_allocated(args.device) if args.device.type == "cuda" else None
     )
@@ -385,24 +371,8 @@ def versions() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    task, spec_path, out_path = argv
-    spec = read_json(spec_path)
-    set_threads_env(spec["threads"])
-    import torch
-
-    if spec["threads"]:
-        torch.set_num_threads(spec["threads"])
     logging.basicConfig(level=logging.WARNING)
-    result: dict[str, Any] = {"system": "joey", "task": task, "error": None, "versions": versions()}
-    try:
-        result["figures"] = TASKS[task](spec)
-    except Exception as exc:  # recorded, not raised: every run's JSON is kept, misses included
-        traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-    result["peak_rss_bytes"] = peak_rss_bytes()
-    result["torch_threads"] = torch.get_num_threads()
-    write_json(Path(out_path), result)
-    return 0 if result["error"] is None else 1
+    return run_measurement("joey", TASKS, argv, versions=versions())
 
 
 if __name__ == "__main__":
