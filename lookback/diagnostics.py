@@ -33,13 +33,13 @@ def attention_stats(alpha: Tensor, src_len: Tensor, tgt_out: Tensor) -> dict[str
     S_b = src_len.view(B, 1).float()  # (B, 1) real source lengths
     steps = (tgt_out != PAD) & (S_b > 1)  # (B, T) real steps of sources with a choice
     T_b = (tgt_out != PAD).sum(1, keepdim=True).float()  # (B, 1) real target lengths
-    a = alpha.float().clamp_min(1e-12)
-    entropy = -(alpha.float() * a.log()).sum(-1) / S_b.clamp_min(2).log()  # (B, T): 1 = uniform
+    alpha = alpha.float()
+    entropy = -(alpha * alpha.clamp_min(1e-12).log()).sum(-1) / S_b.clamp_min(2).log()  # (B, T): 1 = uniform
     t = torch.arange(T, device=alpha.device).view(1, T).float()
     d = (t + 0.5) * S_b / T_b - 0.5  # (B, T) the diagonal's source position at step t
     i = torch.arange(S, device=alpha.device).view(1, 1, S).float()
     band = ((i - d.unsqueeze(-1)).abs() <= 1.0) & (i < S_b.unsqueeze(-1))  # (B, T, S)
-    diagonal = (alpha.float() * band).sum(-1)  # (B, T)
+    diagonal = (alpha * band).sum(-1)  # (B, T)
     n = steps.sum().clamp_min(1)
     return {
         "alpha_entropy": float(entropy[steps].sum() / n),
