@@ -116,6 +116,8 @@ class TrainConfig:
     warmup: int = at_least(0, 0)  # updates of linear warm-up to lr (0: none)
     clip: float = at_least(1.0, 0)  # gradient norm clipping (0: off)
     label_smoothing: float = ranged(0.0, *_FRACTION)  # epsilon of the cross-entropy
+    guide: float = at_least(0.0, 0)  # guided alignment toward the diagonal: weight at update 1 (0: off)
+    guide_updates: int = at_least(1000, 1)  # ... falling linearly to 0 at this update (guided.py)
     lr_factor: float = ranged(0.5, *_OPEN_FRACTION)  # ReduceLROnPlateau: multiply lr by this ...
     lr_patience: int = at_least(2, 0)  # ... after this many validations without a better BLEU
     min_lr: float = at_least(1e-5, 0)  # never below this

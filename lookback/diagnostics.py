@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from .batch import collate
+from .guided import diagonal
 from .model import Seq2Seq
 from .tokenizer import PAD
 
@@ -32,18 +33,16 @@ def attention_stats(alpha: Tensor, src_len: Tensor, tgt_out: Tensor) -> dict[str
     B, T, S = alpha.shape
     S_b = src_len.view(B, 1).float()  # (B, 1) real source lengths
     steps = (tgt_out != PAD) & (S_b > 1)  # (B, T) real steps of sources with a choice
-    T_b = (tgt_out != PAD).sum(1, keepdim=True).float()  # (B, 1) real target lengths
     alpha = alpha.float()
     entropy = -(alpha * alpha.clamp_min(1e-12).log()).sum(-1) / S_b.clamp_min(2).log()  # (B, T): 1 = uniform
-    t = torch.arange(T, device=alpha.device).view(1, T).float()
-    d = (t + 0.5) * S_b / T_b - 0.5  # (B, T) the diagonal's source position at step t
+    d = diagonal(src_len, tgt_out)  # (B, T)
     i = torch.arange(S, device=alpha.device).view(1, 1, S).float()
     band = ((i - d.unsqueeze(-1)).abs() <= 1.0) & (i < S_b.unsqueeze(-1))  # (B, T, S)
-    diagonal = (alpha * band).sum(-1)  # (B, T)
+    near = (alpha * band).sum(-1)  # (B, T) weight near the diagonal
     n = steps.sum().clamp_min(1)
     return {
         "alpha_entropy": float(entropy[steps].sum() / n),
-        "alpha_diagonal": float(diagonal[steps].sum() / n),
+        "alpha_diagonal": float(near[steps].sum() / n),
     }
 
 

@@ -86,9 +86,15 @@ class LossModule(nn.Module):
         self.model = model
 
     def forward(
-        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float
+        self,
+        src: Tensor,
+        src_len: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        label_smoothing: float,
+        guide: float,
     ) -> Tensor:
-        return self.model.loss(src, src_len, tgt_in, tgt_out, label_smoothing)
+        return self.model.loss(src, src_len, tgt_in, tgt_out, label_smoothing, guide)
 
 
 def wrap(model: nn.Module, device: torch.device) -> nn.Module:

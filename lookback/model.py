@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .decoder import Decoder, DecoderOutput
 from .encoder import Encoder, EncoderOutput
+from .guided import guided_loss
 from .tokenizer import PAD
 
 
@@ -33,9 +34,16 @@ class Seq2Seq(nn.Module):
         return self.decoder(tgt_in, enc, self.decoder.init_state(enc))
 
     def loss(
-        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float = 0.0
+        self,
+        src: Tensor,
+        src_len: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        label_smoothing: float = 0.0,
+        guide: float = 0.0,
     ) -> Tensor:
-        """Summed cross-entropy J over the real target tokens of tgt_out (B, T).
+        """Summed cross-entropy J over the real target tokens of tgt_out (B, T), plus `guide` times
+        the guided-alignment loss J_guide (guided.py) when the model attends.
 
         Only the real tokens reach the output layer: W_o and the softmax over V
         are most of the cost, and a batch of sentences is often half padding.
@@ -45,7 +53,10 @@ class Seq2Seq(nn.Module):
         real = tgt_out != PAD  # (B, T)
         logits = self.decoder.project(out.s_tilde[real])  # (N, D) -> (N, V), N real tokens
         targets = tgt_out[real]  # (N,)
-        return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
+        J = F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
+        if guide and out.alpha is not None:
+            J = J + guide * guided_loss(out.alpha, src_len, tgt_out)
+        return J
 
 
 def count_parameters(model: nn.Module) -> int:

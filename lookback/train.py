@@ -38,6 +38,7 @@ from .device import autocast, describe, resolve_device, resolve_precision, set_t
 from .diagnostics import probe
 from .errors import NonFiniteLoss
 from .evaluate import score, validation_loss
+from .guided import guide_at
 from .model import Seq2Seq, build_model, count_parameters
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals
 from .schedule import set_lr
@@ -148,6 +149,8 @@ class Trainer:
         global token count over N, and DDP averages the N ranks' gradients.
         """
         self.loss_module.train()
+        t = self.cfg.train
+        guide = guide_at(t, self.progress.step + 1)  # guided alignment's weight (0: off)
         self.optimizer.zero_grad(set_to_none=True)
         (tokens,) = self.ranks.sum([sum(b.n_tokens for b in batches)])
         per_rank = tokens / self.ranks.world  # mean over tokens: steps do not depend on batch shape
@@ -158,7 +161,7 @@ class Trainer:
             with distributed.no_sync(self.loss_module, i == len(batches) - 1):
                 with autocast(self.device, self.precision):
                     loss = self.loss_module(
-                        batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, self.cfg.train.label_smoothing
+                        batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, t.label_smoothing, guide
                     )
                 self.scaler.scale(loss / per_rank).backward()
             total += float(loss.detach())
