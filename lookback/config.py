@@ -88,6 +88,7 @@ class ModelConfig:
     dec_layers: int = at_least(1, 1)  # stacked decoder layers
     bidirectional: bool = True  # encoder reads both ways; h_i = [fwd_i; bwd_i]
     dropout: float = ranged(0.3, *_FRACTION)  # on embeddings, between layers and before the output layer
+    word_dropout: float = ranged(0.0, *_FRACTION)  # zero whole source and target words in training
     attention: Literal["none", "dot", "general", "additive"] = "additive"  # score(s, h)
     attention_size: int = at_least(256, 1)  # additive attention: size of W s + U h
     context: Literal["final", "mean"] = "final"  # attention none: c = final state, or mean of h

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from .attention import attend, build_score
 from .config import ModelConfig
-from .encoder import RNNS, EncoderOutput
+from .encoder import RNNS, EncoderOutput, drop_words
 from .tokenizer import PAD
 
 
@@ -93,6 +93,7 @@ class Decoder(nn.Module):
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight
         self.dropout = nn.Dropout(cfg.dropout)
+        self.word_dropout = cfg.word_dropout
         self.num_layers = cfg.dec_layers
         self.is_lstm = cfg.cell == "lstm"
 
@@ -151,7 +152,7 @@ class Decoder(nn.Module):
 
     def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
         """T decoder steps with one RNN call, without logits; T must be 1 unless `self.parallel`."""
-        x = self.dropout(self.embed(y_prev))  # (B, T) -> (B, T, E)
+        x = self.dropout(drop_words(self.embed(y_prev), self.word_dropout, self.training))  # (B, T, E)
         inputs, c = [x], None
         if self.score is None:  # 1) the fixed context c, at every step
             e, alpha, c = self.context(x, enc)

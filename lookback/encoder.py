@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -33,6 +34,15 @@ class EncoderOutput(NamedTuple):
         return EncoderOutput(*(t.index_select(0, idx) if t is not None else None for t in self))
 
 
+def drop_words(x: Tensor, p: float, training: bool) -> Tensor:
+    """Word dropout: zero whole token embeddings of x (B, T, E) with probability p, scaling the
+    rest by 1 / (1 - p) as nn.Dropout does (Gal & Ghahramani 2016; Sennrich & Zhang 2019)."""
+    if not training or not p:
+        return x
+    keep = F.dropout(x.new_ones(x.shape[:-1] + (1,)), p, training=True)  # (B, T, 1): 0 or 1 / (1 - p)
+    return x * keep
+
+
 class Encoder(nn.Module):
     def __init__(self, vocab_size: int, cfg: ModelConfig):
         super().__init__()
@@ -42,6 +52,7 @@ class Encoder(nn.Module):
         )
         self.rnn = RNNS[cfg.cell](cfg.emb_size, cfg.hidden_size, bidirectional=cfg.bidirectional, **layers)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.word_dropout = cfg.word_dropout
         self.context = cfg.context
         self.directions = 2 if cfg.bidirectional else 1
         self.out_size = cfg.enc_out_size
@@ -50,7 +61,7 @@ class Encoder(nn.Module):
         """Read a padded batch src (B, S) whose true lengths are src_len (B,)."""
         B, S = src.shape
         src_mask = src != PAD
-        x = self.dropout(self.embed(src))  # (B, S) -> (B, S, E)
+        x = self.dropout(drop_words(self.embed(src), self.word_dropout, self.training))  # (B, S) -> (B, S, E)
         # Packing makes each direction start and stop at the sentence's real ends.
         packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
         out, last = self.rnn(packed)

@@ -198,3 +198,34 @@ def test_the_decoder_returns_every_quantity_of_the_step():
     assert torch.allclose(out.logits, model.decoder.out(out.s_tilde), atol=1e-6)  # dropout is 0
     masked = out.e.masked_fill(~enc.src_mask.unsqueeze(1), float("-inf"))
     assert torch.allclose(out.alpha, torch.softmax(masked, -1), atol=1e-6)  # (2) alpha = softmax(e)
+
+
+def test_word_dropout_zeroes_whole_words_in_training_only():
+    from lookback.encoder import drop_words
+
+    x = torch.ones(4, 50, 3)  # (B, T, E)
+    torch.manual_seed(0)
+    dropped = drop_words(x, 0.5, training=True)
+    per_word = dropped[..., 0]  # (B, T): each word is all 0 or all 2 (kept and scaled by 1 / 0.5)
+    assert torch.equal(dropped, per_word.unsqueeze(-1).expand_as(dropped))
+    assert set(per_word.unique().tolist()) == {0.0, 2.0}
+    assert 0.3 < float((per_word == 0).float().mean()) < 0.7
+    assert torch.equal(drop_words(x, 0.5, training=False), x)
+    assert torch.equal(drop_words(x, 0.0, training=True), x)
+
+
+def test_word_dropout_changes_training_losses_and_not_evaluation():
+    src = torch.tensor([[5, 6, 7, 2]] * 8)
+    src_len = torch.tensor([4] * 8)
+    tgt_in = torch.tensor([[1, 9, 10, 11]] * 8)
+    tgt_out = torch.tensor([[9, 10, 11, 2]] * 8)
+    plain, dropping = tiny_model(), tiny_model(word_dropout=0.5)  # the same weights
+    with torch.no_grad():
+        assert torch.equal(
+            plain.loss(src, src_len, tgt_in, tgt_out), dropping.loss(src, src_len, tgt_in, tgt_out)
+        )
+        dropping.train()
+        torch.manual_seed(1)
+        assert not torch.equal(
+            plain.loss(src, src_len, tgt_in, tgt_out), dropping.loss(src, src_len, tgt_in, tgt_out)
+        )
