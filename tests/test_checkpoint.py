@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import shlex
+import struct
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -115,8 +118,12 @@ def _damaged(data: bytes, how: str) -> bytes:
         return data[: int(len(data) * float(how[3:]))]
     if how == "random bytes":
         return rng.randbytes(len(data))
-    flipped = bytearray(data)  # "flip": one byte in the middle of the weights
-    flipped[len(data) // 2] ^= 0x01
+    flipped = bytearray(data)  # "flip": one byte in the middle of the largest tensor's record
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        record = max(archive.infolist(), key=lambda r: r.file_size)
+    name_len, extra_len = struct.unpack("<HH", data[record.header_offset + 26 : record.header_offset + 30])
+    start = record.header_offset + 30 + name_len + extra_len  # after the local file header
+    flipped[start + record.file_size // 2] ^= 0x01
     return bytes(flipped)
 
 
