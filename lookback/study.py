@@ -24,7 +24,8 @@ config.build): every problem at once, with its dotted key and a did-you-mean,
 and then every model's config. `lookback study FILE` writes into `out_dir` (default: studies/NAME): a run
 directory per model (a finished one is not trained again; an interrupted one
 resumes; `--set train.time_limit=20` lets every model train on to the new
-budget), then results.json, CSV tables, report.md and plots.
+budget), then results.json, CSV tables, report.md and plots, and how each model learned
+(learning.csv, learning.png: validation BLEU against minutes; each run's metrics_MODEL.jsonl).
 """
 
 from __future__ import annotations
@@ -287,6 +288,8 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         }
         result["tests"][spec] = {f"beam{k}": per_model for k, per_model in per_beam.items()}
         report += _write_test_outputs(out, spec, per_beam, configs)
+    result["learning"] = learning_rows(configs)
+    report += _write_learning(out, configs, result["learning"])
     result["wall_seconds"] = time.perf_counter() - start
     (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
@@ -294,6 +297,71 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     for name, cfg in configs.items():
         save_config(cfg, out / "configs" / f"{name}.yaml")
     return result
+
+
+LEVELS = (20, 30, 40, 45, 50)  # validation BLEU levels whose first minute the learning table gives
+
+
+def validation_curve(run_dir: str | Path) -> tuple[list[dict], float | None]:
+    """A run's validation records (from metrics.jsonl) and its median training tokens/s."""
+    records = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x]
+    speeds = sorted(r["tokens_per_s"] for r in records if r["kind"] == "train" and "tokens_per_s" in r)
+    return [r for r in records if r["kind"] == "valid"], speeds[len(speeds) // 2] if speeds else None
+
+
+def learning_rows(configs: dict[str, Config]) -> list[dict]:
+    """How each model learned: updates, minutes, speed, final and best validation BLEU, and the
+    first minute (wall clock, validations included) at which validation BLEU reached each level."""
+    rows = []
+    for name, cfg in configs.items():
+        valid, speed = validation_curve(cfg.train.run_dir)
+        if not valid:
+            continue
+        row = {
+            "model": name,
+            "updates": valid[-1]["step"],
+            "minutes": round(valid[-1]["seconds"] / 60, 1),
+            "tokens_per_s": round(speed) if speed else None,
+            "final_bleu": round(valid[-1]["bleu"], 2),
+            "best_bleu": round(max(r["bleu"] for r in valid), 2),
+        }
+        for level in LEVELS:
+            first = next((r for r in valid if r["bleu"] >= level), None)
+            row[f"min_to_{level}"] = round(first["seconds"] / 60, 1) if first else None
+        rows.append(row)
+    return rows
+
+
+def _write_learning(out: Path, configs: dict[str, Config], rows: list[dict]) -> list[str]:
+    """Each model's metrics.jsonl beside the report, the learning table, and validation BLEU
+    against minutes in one plot."""
+    if not rows:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, cfg in configs.items():
+        metrics = Path(cfg.train.run_dir) / "metrics.jsonl"
+        if not metrics.exists():
+            continue
+        (out / f"metrics_{name}.jsonl").write_bytes(metrics.read_bytes())
+        valid, _ = validation_curve(cfg.train.run_dir)
+        ax.plot([r["seconds"] / 60 for r in valid], [r["bleu"] for r in valid], marker="o", label=name)
+    ax.set_xlabel("training minutes (wall clock, validations included)")
+    ax.set_ylabel("validation BLEU, greedy")
+    ax.set_title(f"How each model learned, on {cpu_name()}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    for suffix in (".png", ".svg"):
+        fig.savefig(out / f"learning{suffix}", dpi=120)
+    plt.close(fig)
+    _write_csv(out / "learning.csv", rows)
+    table = _markdown(rows, "How each model learned (validation set; metrics_MODEL.jsonl)")
+    return ["## Learning", "", table, "![validation BLEU against minutes](learning.png)", ""]
 
 
 def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str, Config]) -> list[str]:

@@ -100,6 +100,14 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         assert (out / f"bleu_by_length_{slug}.{suffix}").stat().st_size > 0
         assert (out / f"cost_{slug}.{suffix}").stat().st_size > 0
     assert "### Gain over the model without attention" in (out / "report.md").read_text()
+    with (out / "learning.csv").open() as f:
+        learning = {r["model"]: r for r in csv.DictReader(f)}
+    for name in ("none", "additive"):  # the last validation, as the run's own metrics say
+        valid = [json.loads(x) for x in (out / f"metrics_{name}.jsonl").read_text().splitlines()]
+        last = [r for r in valid if r["kind"] == "valid"][-1]
+        assert int(learning[name]["updates"]) == last["step"]
+        assert float(learning[name]["final_bleu"]) == pytest.approx(last["bleu"], abs=0.006)
+    assert (out / "learning.png").stat().st_size > 0
     saved = yaml.safe_load((out / "configs" / "additive.yaml").read_text())
     assert saved["train"]["lr"] == 0.005 and saved["train"]["run_dir"] == str(out / "runs" / "additive")
     first_mtime = (out / "runs" / "none" / "last.pt").stat().st_mtime
@@ -117,6 +125,35 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     assert capsys.readouterr().err.splitlines() == [
         "lookback: error: study tiny: no model named 'dot' (models: none, additive)"
     ]
+
+
+def test_the_learning_table_by_hand(tmp_path):
+    records = [
+        {"step": 50, "seconds": 30.0, "kind": "train", "tokens_per_s": 3000.0},
+        {"step": 100, "seconds": 60.0, "kind": "train", "tokens_per_s": 1000.0},
+        {"step": 150, "seconds": 90.0, "kind": "train", "tokens_per_s": 2000.0},
+        {"step": 100, "seconds": 66.0, "kind": "valid", "bleu": 12.0},
+        {"step": 200, "seconds": 132.0, "kind": "valid", "bleu": 41.0},
+        {"step": 300, "seconds": 198.0, "kind": "valid", "bleu": 38.5},
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    cfg = from_dict({"train": {"run_dir": str(run)}})
+    (row,) = study_module.learning_rows({"m": cfg})
+    assert row == {
+        "model": "m",
+        "updates": 300,
+        "minutes": 3.3,
+        "tokens_per_s": 2000,  # the median window
+        "final_bleu": 38.5,
+        "best_bleu": 41.0,
+        "min_to_20": 2.2,  # 41.0 at 132 s is the first at or above 20, 30 and 40
+        "min_to_30": 2.2,
+        "min_to_40": 2.2,
+        "min_to_45": None,
+        "min_to_50": None,
+    }
 
 
 def test_the_compression_table_by_hand():
