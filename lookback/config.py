@@ -129,6 +129,7 @@ class TrainConfig:
     early_stopping: int = at_least(8, 0)  # stop after this many validations without a better BLEU (0: off)
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates
     threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)
+    compile: bool = False  # torch.compile the training loss (docs/recipe.md: whether it pays)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the GPU when torch sees one
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # autocast; auto: bf16 where native
 

@@ -107,6 +107,7 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
 
 def no_sync(module: nn.Module, sync: bool):
     """Skip DDP's gradient averaging for all but the last batch of an accumulated update."""
+    module = getattr(module, "_orig_mod", module)  # under torch.compile (train.compile)
     return module.no_sync() if isinstance(module, DistributedDataParallel) and not sync else nullcontext()
 
 

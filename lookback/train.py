@@ -80,6 +80,8 @@ class Trainer:
         if self.ranks.rank:  # the same initial weights everywhere, but each rank its own dropout
             torch.manual_seed(cfg.train.seed + self.ranks.rank)
         self.loss_module = distributed.wrap(self.model, self.device)  # in DDP under torchrun
+        if t.compile:  # shapes vary from batch to batch: compiled once for dynamic shapes
+            self.loss_module = torch.compile(self.loss_module, dynamic=True)
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr)
         # train.schedule plateau: lower the learning rate when validation BLEU stops rising

@@ -217,3 +217,15 @@ def test_bf16_training_learns_and_resumes_like_fp32(tmp_path, caplog):
     train = [r for r in records if r["kind"] == "train"]
     assert train[-1]["loss"] < train[0]["loss"]
     assert "scaler" in load_checkpoint(full.run.path / "last.pt")
+
+
+@pytest.mark.slow
+def test_compiled_training_takes_the_same_steps_as_eager(tmp_path):
+    """train.compile: the compiled loss gives the eager run's weights, to float tolerance."""
+    runs = {}
+    for compiled in (False, True):
+        raw = tiny_train_config(tmp_path / str(compiled), train={"max_steps": 10, "compile": compiled})
+        runs[compiled] = Trainer(from_dict(raw))
+        runs[compiled].train()
+    a, b = params(runs[False]), params(runs[True])
+    assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
