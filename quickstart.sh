@@ -10,9 +10,11 @@ resume=()
 lookback train configs/quickstart.yaml "${resume[@]}"
 echo
 echo "== translating a few sentences (beam 5)"
-printf '%s\n' "A little girl is playing with a red ball." \
-  "Two men are sitting on a bench in the park." \
-  "A dog runs through the snow." | tee /dev/stderr | lookback translate "$run" --beam 5
+sentences=("A little girl is playing with a red ball."
+  "Two men are sitting on a bench in the park."
+  "A dog runs through the snow.")
+printf '  %s\n' "${sentences[@]}"  # not `tee /dev/stderr`: reopening a log file truncates it
+printf '%s\n' "${sentences[@]}" | lookback translate "$run" --beam 5
 echo
 echo "== test_2016_flickr, beam 5"
 lookback evaluate "$run" --test multi30k:test_2016_flickr --beam 5
