@@ -8,6 +8,10 @@ fresh processes, so that each one's peak memory is its own:
 2. translate: those weights on test_2016_flickr, greedy and beam 5;
    sentences/s and sacreBLEU.
 
+With --recipe, a third system, "recipe": lookback trained as a config
+file of its own says (by default the additive config the README's result
+comes from), against the same Joey run.
+
 Then a table with each figure as the ratio lookback / Joey, and one JSON
 file per configuration in bench/results/ (bench/results/quick/ for
 --quick), written whatever happened: a failed or timed-out measurement is
@@ -33,7 +37,7 @@ from . import settings
 from .common import cpu_model, minutes_to, read_json, write_json
 from .prepare import REPO, multi30k_dir, prepare_data, prepare_seed
 
-SYSTEMS = ("lookback", "joey")
+SYSTEMS = ("lookback", "joey", settings.RECIPE_SYSTEM)  # recipe: only with --recipe
 TASKS = ("train", "translate")
 JOEY_VENV = REPO / "bench" / ".venv-joey"
 RESULTS = REPO / "bench" / "results"
@@ -71,7 +75,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--max-steps", type=int, default=0, help="also stop training after this many updates (0: no limit)"
     )
-    ap.add_argument("--only", choices=SYSTEMS, help="measure one system only (no ratios)")
+    ap.add_argument("--only", choices=SYSTEMS[:2], help="measure one system only (no ratios)")
+    ap.add_argument(
+        "--recipe",
+        nargs="?",
+        const=settings.RECIPE_DEFAULT,
+        type=Path,
+        metavar="CONFIG",
+        help="also train lookback as this config file says (model, learning rate, schedule, token "
+        "batches; default %(const)s), against the same Joey run",
+    )
     ap.add_argument(
         "--configs",
         nargs="+",
@@ -159,7 +172,7 @@ def run_child(system: str, task: str, spec_path: Path, out_dir: Path, timeout: f
     """One measurement in a fresh process; its result, or a record of how it failed."""
     result_path = out_dir / f"{system}.{task}.json"
     log_path = out_dir / f"{system}.{task}.log"
-    if system == "lookback":
+    if system != "joey":
         cmd = [sys.executable, "-m", "bench.lookback_run", task, str(spec_path), str(result_path)]
     else:
         cmd = [
@@ -265,13 +278,14 @@ def quality_figures(systems: dict[str, dict]) -> dict[str, dict[str, float | Non
     return table
 
 
-def figures_and_ratios(systems: dict[str, dict]) -> tuple[dict, dict]:
+def figures_and_ratios(systems: dict[str, dict], system: str = "lookback") -> tuple[dict, dict]:
+    """Every figure of every system, and each one's ratio `system` / Joey."""
     table = {name: {s: figure(systems[s], path) for s in systems} for name, path, _ in FIGURES}
     table.update(quality_figures(systems))
     ratios = {}
     for name, values in table.items():
-        lb, joey = values.get("lookback"), values.get("joey")
-        ratios[name] = lb / joey if lb is not None and joey else None
+        mine, joey = values.get(system), values.get("joey")
+        ratios[name] = mine / joey if mine is not None and joey else None
     return table, ratios
 
 
@@ -284,16 +298,26 @@ def print_table(record: dict[str, Any]) -> None:
         f"budget {s['budget_s'] / 60:g} min, test {s['test']} ({s['test_sentences']} sentences)"
         f"{', QUICK' if record['quick'] else ''}"
     )
+    systems = [s for s in SYSTEMS if s in record["systems"]] or list(SYSTEMS[:2])
+    ratio_columns = {"lookback/joey": record["ratios"]}
+    if record.get("ratios_recipe") is not None:
+        ratio_columns["recipe/joey"] = record["ratios_recipe"]
     print(f"\n{title}")
-    print(f"{'figure':40} {'lookback':>12} {'joey':>12} {'lookback/joey':>14}")
+    print(
+        f"{'figure':40}" + "".join(f" {s:>12}" for s in systems) + "".join(f" {r:>14}" for r in ratio_columns)
+    )
     formats = {name: fmt for name, _, fmt in FIGURES}
     for name, values in record["figures"].items():
         fmt = formats.get(name, "{:.2f}")
         if all(v is None for v in values.values()) and "GPU" in name:
             continue
-        cells = [fmt.format(values[s]) if values.get(s) is not None else "-" for s in SYSTEMS]
-        ratio = record["ratios"][name]
-        print(f"{name:40} {cells[0]:>12} {cells[1]:>12} {f'{ratio:.2f}' if ratio is not None else '-':>14}")
+        cells = [fmt.format(values[s]) if values.get(s) is not None else "-" for s in systems]
+        ratios = [r[name] for r in ratio_columns.values()]
+        print(
+            f"{name:40}"
+            + "".join(f" {c:>12}" for c in cells)
+            + "".join(f" {f'{r:.2f}' if r is not None else '-':>14}" for r in ratios)
+        )
     for system, tasks in record["systems"].items():
         for task, result in tasks.items():
             if result.get("error"):
@@ -317,12 +341,15 @@ class Plan:
     runs_root: Path  # one folder per configuration: spec, logs, weights, hypotheses
     results_dir: Path
     joey_error: str | None  # Joey could not be installed
+    recipe: dict | None  # --recipe: settings.recipe_settings of its config file
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
     device = resolve_device(args.device)
     mode = settings.QUICK if args.quick else settings.FULL
-    systems = [args.only] if args.only else list(SYSTEMS)
+    systems = [args.only] if args.only else list(SYSTEMS[:2])
+    if args.recipe:
+        systems.append(settings.RECIPE_SYSTEM)
     joey_error = ensure_joey(args.joey_venv) if "joey" in systems else None
     print(f"bench: preparing data in {args.work_dir}", flush=True)
     data = prepare_data(args.work_dir, mode["test_limit"])
@@ -346,6 +373,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         runs_root=quick_root or args.work_dir / "runs" / stamp,
         results_dir=args.results_dir or (RESULTS / "quick" if args.quick else RESULTS),
         joey_error=joey_error,
+        recipe=settings.recipe_settings(args.recipe) if args.recipe else None,
     )
 
 
@@ -363,21 +391,41 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
         error = f"preparing the seed run failed: {type(exc).__name__}: {first_line(exc, limit=500)}"
         return {}, {s: {t: miss(s, t, error) for t in TASKS} for s in plan.systems}
     spec = make_spec(plan, config, out_dir, seed_dir)
-    spec_path = out_dir / "spec.json"
-    write_json(spec_path, spec)
+    spec_paths = {s: out_dir / "spec.json" for s in plan.systems}
+    write_json(spec_paths["lookback"], spec)
+    recipe_error = None
+    if plan.recipe:  # its own seed (model) and spec; the same data, tokenizer and clock
+        spec_paths[settings.RECIPE_SYSTEM] = out_dir / "spec.recipe.json"
+        try:
+            recipe_seed = prepare_seed(plan.args.work_dir, config, plan.args.lookback_set, plan.recipe)
+            recipe_spec = {
+                **spec,
+                "system": settings.RECIPE_SYSTEM,
+                "recipe": plan.recipe,
+                "lookback_seed": str(recipe_seed),
+            }
+            write_json(spec_paths[settings.RECIPE_SYSTEM], recipe_spec)
+        except Exception as exc:
+            from lookback.errors import first_line
+
+            recipe_error = (
+                f"preparing the recipe's seed failed: {type(exc).__name__}: {first_line(exc, limit=500)}"
+            )
     results: dict[str, dict] = {}
     for system in plan.systems:
         results[system] = {}
         for task in TASKS:
             if system == "joey" and plan.joey_error:
                 results[system][task] = miss(system, task, plan.joey_error)
+            elif system == settings.RECIPE_SYSTEM and recipe_error:
+                results[system][task] = miss(system, task, recipe_error)
             elif task == "translate" and results[system]["train"].get("error"):
                 results[system][task] = miss(system, task, "training failed")
             else:
                 print(f"bench: {config}: {system} {task} ...", flush=True)
                 timeout = plan.budget_s + 900 if task == "train" else 3600
                 results[system][task] = run_child(
-                    system, task, spec_path, out_dir, timeout, plan.args.joey_venv
+                    system, task, spec_paths[system], out_dir, timeout, plan.args.joey_venv
                 )
     return spec, results
 
@@ -385,6 +433,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
 def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info: dict) -> dict[str, Any]:
     """The JSON of one configuration: machine, versions, settings, figures, ratios, raw results."""
     table, ratios = figures_and_ratios(results)
+    recipe_ratios = figures_and_ratios(results, settings.RECIPE_SYSTEM)[1] if plan.recipe else None
     errors = [f"{s} {t}: {r['error']}" for s, ts in results.items() for t, r in ts.items() if r.get("error")]
     return {
         "schema": 1,
@@ -416,9 +465,11 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
             "decode_batch_size": settings.DECODE["batch_size"],
             "length_penalty": settings.DECODE["length_penalty"],
             "lookback_overrides": plan.args.lookback_set,  # any of these: not the same configuration
+            "recipe": plan.recipe,  # the recipe system: its config file, model and training recipe
         },
         "figures": table,
         "ratios": ratios,
+        "ratios_recipe": recipe_ratios,  # recipe / Joey
         "systems": results,
         "run_dir": str(plan.runs_root / config),
         "path": str(plan.results_dir / f"{plan.stamp}_{plan.device}_{config}.json"),

@@ -13,6 +13,12 @@ own schedule; the benchmark wants the same batches and the same
 validations on both sides. `translate` loads that run with
 `Translator.load` and translates the test set, greedy and beam 5.
 The result file is written even when the measurement fails (with "error").
+
+The same script measures the "recipe" system (`python -m bench --recipe`)
+when the spec names it: there the trainer keeps its own batches (max_tokens,
+length bucketing) and its learning-rate schedule (warm-up, then the
+schedule, with plateau stepped at the bench's validations), as `lookback
+train` with that config file would, on the bench's clock.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .common import epoch_batches, read_lines, run_measurement, timed_training, timed_translation
+from .common import epoch_batches, read_json, read_lines, run_measurement, timed_training, timed_translation
 
 
 def _device(spec: dict[str, Any]):
@@ -46,24 +52,35 @@ def _sync(device) -> None:
 def train(spec: dict[str, Any]) -> dict[str, Any]:
     from lookback.config import from_dict
     from lookback.model import count_parameters
+    from lookback.schedule import set_lr
     from lookback.train import Trainer
 
-    run_dir = Path(spec["out_dir"]) / "lookback"
+    recipe = spec.get("recipe")  # the recipe system: its own batches and schedule
+    run_dir = Path(spec["out_dir"]) / spec.get("system", "lookback")
     shutil.rmtree(run_dir, ignore_errors=True)
     shutil.copytree(spec["lookback_seed"], run_dir)
-    raw = settings.lookback_config(spec["config"], str(run_dir), spec["data_dir"], spec["lookback_overrides"])
+    raw = settings.lookback_config(
+        spec["config"], str(run_dir), spec["data_dir"], spec["lookback_overrides"], recipe
+    )
     # the step-0 weights of the seed, which learnt its tokenizer on all of train: data.train differs
     trainer = Trainer(from_dict(raw, source="bench"), resume=True, accept_changes=True)
     device = _device(spec)
     trainer.model.to(device)  # the optimiser holds the same tensors
     n = len(trainer.plan.pairs)
-    plan = dataclasses.replace(
-        trainer.plan,
-        epoch_batches=lambda epoch: epoch_batches(n, spec["batch_sentences"], spec["seed"], epoch),
-    )
+    if recipe:
+        plan = trainer.plan
+    else:
+        plan = dataclasses.replace(
+            trainer.plan,
+            epoch_batches=lambda epoch: epoch_batches(n, spec["batch_sentences"], spec["seed"], epoch),
+        )
+    t, progress = trainer.cfg.train, trainer.progress
 
     def step(batches) -> int:
+        if recipe:
+            set_lr(trainer.optimizer, t, progress.step + 1)  # warm-up and the schedule's shape
         trainer.train_step(*batches)  # returns the loss as a float: the update is done
+        progress.step += 1
         return sum(b.n_tokens for b in batches)
 
     data = Path(spec["data_dir"])
@@ -73,10 +90,11 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     def validate() -> float:  # greedy BLEU on the validation set, as Joey's side
         import sacrebleu
 
-        hyps = [
-            t.text for t in trainer.translator.translate(src, beam=1, length_penalty=spec["length_penalty"])
-        ]
-        return sacrebleu.corpus_bleu(hyps, [refs]).score
+        out = trainer.translator.translate(src, beam=1, length_penalty=spec["length_penalty"])
+        bleu = sacrebleu.corpus_bleu([x.text for x in out], [refs]).score
+        if recipe and t.schedule == "plateau" and progress.step > t.warmup:
+            trainer.scheduler.step(bleu)  # as Trainer.validate does
+        return bleu
 
     figures = timed_training(
         iter(plan),
@@ -88,7 +106,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         validate,
         spec["validate_every_s"],
     )
-    figures["epochs"] = figures["steps"] * spec["batch_sentences"] / n
+    figures["epochs"] = plan.epoch + plan.batch / len(plan.epoch_batches(plan.epoch))
     figures["train_pairs"] = n
     figures["parameters"] = count_parameters(trainer.model)
     figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
@@ -107,7 +125,9 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
     from lookback.translator import Translator
 
     device = _device(spec)
-    translator = Translator.load(Path(spec["out_dir"]) / "lookback", "last", device=device)
+    translator = Translator.load(
+        Path(spec["out_dir"]) / spec.get("system", "lookback"), "last", device=device
+    )
     translator.decode.batch_size = spec["decode_batch_size"]
     data = Path(spec["data_dir"])
     src = read_lines(data / f"{spec['test']}.{settings.SRC_LANG}")
@@ -125,7 +145,7 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
             return out
 
         figures[f"beam{beam}"] = timed_translation(
-            run, refs, Path(spec["out_dir"]) / f"lookback.beam{beam}.txt"
+            run, refs, Path(spec["out_dir"]) / f"{spec.get('system', 'lookback')}.beam{beam}.txt"
         )
     figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
     return figures
@@ -135,7 +155,7 @@ TASKS = {"train": train, "translate": translate}
 
 
 def main(argv: list[str]) -> int:
-    return run_measurement("lookback", TASKS, argv)
+    return run_measurement(read_json(argv[1]).get("system", "lookback"), TASKS, argv)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ The work directory (outside the repository by default) holds
     data/warmup.{en,fr}                          64 val pairs, translated before the timing starts
     seed/<config>/                               a lookback run directory at step 0: config,
                                                  tokenizer (spm.joint.model) and last.pt
+    seed/<config>-recipe/                        the same for --recipe's model, with <config>'s
+                                                 tokenizer files
     joey_vocab.txt                               the SentencePiece pieces in id order, Joey's
                                                  vocabulary file, so both see the same pieces
 
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", settings.TEST_SET)
 WARMUP_SENTENCES = 64
+TOKENIZER_FILES = ("spm.joint.model", "spm.joint.vocab", "tokenizer.json")  # a joint SentencePiece run's
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -59,10 +62,11 @@ def _write_pair(prefix: Path, src: list[str], tgt: list[str]) -> None:
         Path(f"{prefix}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-def _source_key(config: str, overrides: list[str]) -> str:
+def _source_key(config: str, overrides: list[str], recipe: dict | None = None) -> str:
     """Changes when the settings or any lookback source file change: then the seed is rebuilt."""
     h = hashlib.sha256()
-    h.update(json.dumps([settings.lookback_config(config, "", "", overrides)], sort_keys=True).encode())
+    raw = settings.lookback_config(config, "", "", overrides, recipe)
+    h.update(json.dumps([raw], sort_keys=True).encode())
     for path in sorted((REPO / "lookback").glob("*.py")):
         h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()
@@ -92,22 +96,32 @@ def prepare_data(work: Path, test_limit: int) -> Path:
     return data
 
 
-def prepare_seed(work: Path, config: str, overrides: list[str]) -> Path:
-    """A lookback run directory at step 0 for `config`; every lookback measurement resumes a copy."""
+def prepare_seed(work: Path, config: str, overrides: list[str], recipe: dict | None = None) -> Path:
+    """A lookback run directory at step 0 for `config`; every lookback measurement resumes a copy.
+
+    With `recipe` (settings.recipe_settings), the recipe system's seed: its own model, and the
+    tokenizer files of `config`'s seed (made first), so that every system reads the same pieces.
+    """
     from lookback.config import from_dict
     from lookback.train import Trainer
 
     data = work / "data"
-    seed = work / "seed" / config
-    key = _source_key(config, overrides)
+    shared = prepare_seed(work, config, overrides) if recipe else None
+    seed = work / "seed" / (f"{config}-{settings.RECIPE_SYSTEM}" if recipe else config)
+    key = _source_key(config, overrides, recipe)
     marker = seed / "bench_seed.json"
     if marker.exists() and read_json(marker).get("key") == key and (data / "train_kept.en").exists():
         return seed
     shutil.rmtree(seed, ignore_errors=True)
-    raw = settings.lookback_config(config, str(seed), str(data), overrides)
+    raw = settings.lookback_config(config, str(seed), str(data), overrides, recipe)
     raw["data"]["train"] = str(data / "train")  # the tokenizer learns from all of train
     trainer = Trainer(from_dict(raw, source=f"bench config {config}"))  # trains the SentencePiece model
     trainer.save("last")
+    if shared:  # step-0 weights depend on the vocabulary's size only, which is the same
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(shared / name, seed / name)
+        write_json(marker, {**read_json(shared / "bench_seed.json"), "key": key})
+        return seed
     kept = trainer.train_data
     _write_pair(data / "train_kept", kept.src, kept.tgt)
     sp = trainer.src_tok.sp  # joint: one model for both sides

@@ -11,6 +11,7 @@ configurations differ only in input feeding.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 SRC_LANG, TGT_LANG = "en", "fr"
@@ -56,15 +57,48 @@ VALID_SET = "val"  # all 1,014 pairs: the time-to-quality curve
 QUALITY_LEVELS = (20.0, 40.0, 50.0)  # validation BLEU levels whose training minutes are reported
 
 
+# `python -m bench --recipe [CONFIG]` adds a third system, "recipe": lookback trained as its own
+# config file says (model, learning rate and schedule, batches of max_tokens with length
+# bucketing), on the same data, tokenizer and clock, against the same Joey run.
+RECIPE_SYSTEM = "recipe"
+RECIPE_DEFAULT = Path(__file__).resolve().parent.parent / "configs" / "multi30k_en_fr_additive.yaml"
+# what the recipe takes from train: (run_dir, limits, validation and precision stay the bench's)
+RECIPE_TRAIN_KEYS = (
+    "seed", "max_tokens", "accumulate", "lr", "schedule", "warmup", "clip", "label_smoothing",
+    "guide", "guide_updates", "lr_factor", "lr_patience", "min_lr",
+)  # fmt: skip
+
+
+def recipe_settings(path: str | Path) -> dict[str, Any]:
+    """The model and training recipe of a lookback config file, for the "recipe" system.
+
+    Its tokenizer must be the bench's (both systems read the same pieces); its data, run
+    directory, limits and precision are replaced by the bench's.
+    """
+    from lookback.config import load_config
+    from lookback.yamlfile import read_yaml
+
+    cfg = load_config(path)  # a one-line error for a bad file or key
+    raw = read_yaml(path)
+    tok = {k: getattr(cfg.tokenizer, k) for k in TOKENIZER}
+    if tok != TOKENIZER:
+        raise SystemExit(f"bench: {path}: tokenizer {tok} is not the bench's {TOKENIZER}")
+    train = {k: v for k, v in (raw.get("train") or {}).items() if k in RECIPE_TRAIN_KEYS}
+    return {"path": str(path), "model": dict(raw.get("model") or {}), "train": train}
+
+
 def model_settings(config: str) -> dict[str, Any]:
     return {**MODEL, **CONFIGS[config]}
 
 
-def lookback_config(config: str, run_dir: str, data_dir: str, overrides: list[str] = ()) -> dict[str, Any]:
+def lookback_config(
+    config: str, run_dir: str, data_dir: str, overrides: list[str] = (), recipe: dict | None = None
+) -> dict[str, Any]:
     """The lookback config (a raw dict for lookback.config.from_dict) of a named configuration.
 
     `overrides` are lookback's own `--set` items (train.precision=bf16); they make the
-    configuration differ from Joey's, and are recorded with the results.
+    configuration differ from Joey's, and are recorded with the results. `recipe`
+    (recipe_settings) replaces the model and the training recipe by a config file's.
     """
     from lookback.config import parse_override  # lookback is only needed on lookback's side
 
@@ -89,6 +123,9 @@ def lookback_config(config: str, run_dir: str, data_dir: str, overrides: list[st
         },
         "decode": {"batch_size": DECODE["batch_size"], "length_penalty": DECODE["length_penalty"]},
     }
+    if recipe:
+        raw["model"] = dict(recipe["model"])
+        raw["train"].update(recipe["train"])
     for item in overrides:
         keys, value = parse_override(item)
         node = raw

@@ -89,3 +89,53 @@ def test_time_to_quality_levels_and_joeys_final_score_with_ratios(tmp_path):
     common.write_json(tmp_path / "r.json", record)
     assert plot([str(tmp_path / "r.json"), "-o", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_the_recipe_system_has_its_own_ratios_to_joey():
+    from bench.__main__ import figures_and_ratios
+
+    def system(points):
+        curve = [{"seconds": s, "steps": 1, "bleu": b, "validate_seconds": 1.0} for s, b in points]
+        return {"train": {"figures": {"curve": curve}}}
+
+    systems = {
+        "lookback": system([(60, 10), (240, 41)]),
+        "joey": system([(60, 5), (120, 30), (360, 41)]),
+        "recipe": system([(60, 20), (120, 42)]),
+    }
+    table, ratios = figures_and_ratios(systems)
+    _, recipe = figures_and_ratios(systems, "recipe")
+    assert table["minutes to Joey's final validation BLEU"] == {"lookback": 4.0, "joey": 6.0, "recipe": 2.0}
+    assert ratios["minutes to Joey's final validation BLEU"] == 4 / 6
+    assert recipe["minutes to Joey's final validation BLEU"] == 2 / 6  # a third of Joey's time
+
+
+def test_a_recipe_takes_the_model_and_training_recipe_of_its_config_file(tmp_path):
+    from bench import settings
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "tokenizer: {vocab_size: 8000}\nmodel: {attention: general, dropout: 0.2}\n"
+        "train: {lr: 0.003, warmup: 200, max_tokens: 1000, time_limit: 12, run_dir: elsewhere}\n"
+    )
+    recipe = settings.recipe_settings(path)
+    assert recipe["model"] == {"attention": "general", "dropout": 0.2}
+    assert recipe["train"] == {"lr": 0.003, "warmup": 200, "max_tokens": 1000}  # limits stay the bench's
+    raw = settings.lookback_config("feed", "RUN", "DATA", recipe=recipe)
+    assert raw["model"] == {"attention": "general", "dropout": 0.2}
+    assert raw["train"]["lr"] == 0.003 and raw["train"]["run_dir"] == "RUN"
+    assert raw["train"]["precision"] == "fp32" and raw["tokenizer"] == settings.TOKENIZER
+    assert settings.lookback_config("feed", "RUN", "DATA")["train"]["lr"] == settings.TRAIN["lr"]
+    path.write_text("tokenizer: {vocab_size: 4000}\n")
+    with pytest.raises(SystemExit, match="vocab_size.*4000.*not the bench's"):
+        settings.recipe_settings(path)
+    path.write_text("model: {atention: dot}\n")
+    with pytest.raises(Exception, match="atention"):
+        settings.recipe_settings(path)
+
+
+def test_the_shipped_recipe_is_a_bench_recipe():
+    from bench import settings
+
+    recipe = settings.recipe_settings(settings.RECIPE_DEFAULT)
+    assert recipe["model"]["attention"] == "additive" and "lr" in recipe["train"]
