@@ -139,3 +139,26 @@ def test_the_shipped_recipe_is_a_bench_recipe():
 
     recipe = settings.recipe_settings(settings.RECIPE_DEFAULT)
     assert recipe["model"]["attention"] == "additive" and "lr" in recipe["train"]
+
+
+def test_bench_scores_every_hypothesis_file_as_evaluate_does(tmp_path):
+    from bench.scores import main as scores_main
+    from bench.scores import scores
+    from lookback.evaluate import score
+
+    refs = ["Un chien court dans la neige.", "Deux hommes sont assis sur un banc."]
+    hyps = ["Un chien court dans la neige.", "Deux hommes assis sur un banc."]
+    (tmp_path / "test.fr").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    common.write_json(run / "spec.json", {"data_dir": str(tmp_path), "test": "test"})
+    with pytest.raises(SystemExit, match="no SYSTEM.beamK.txt in"):
+        scores(run)
+    (run / "joey.beam5.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    (run / "recipe.beam1.txt").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    result = scores(run)
+    assert list(result) == ["joey.beam5", "recipe.beam1"]
+    assert result["joey.beam5"]["multi30k_bleu"] == score(hyps, refs, "fr").multi30k_bleu
+    assert result["recipe.beam1"]["bleu"] == pytest.approx(100.0)
+    assert scores_main([str(run), "--json", str(tmp_path / "s.json")]) == 0
+    assert common.read_json(tmp_path / "s.json") == result
