@@ -12,12 +12,21 @@ the part that depends only on the encoder (once per sentence, not once per
 step) and `forward(s, keys)` returns the scores e. Steps (2) and (3) are
 shared by all of them in `attend`, the one place where padding is masked.
 
+Step (2) is softmax in the notes; `model.normalizer` may replace it by
+sparsemax or 1.5-entmax, which give exactly zero weight to low scores:
+soft, sparse, and in the limit hard alignment, all trained end to end.
+At inference `decode.hard_attention: k` keeps only the k largest weights
+of each step, renormalised (k = 1: the argmax, one-hot), on any model.
+
 Legend: B batch, T decoder steps, S source length, D decoder state size,
 He encoder state size, A additive attention size.
 """
 
 from __future__ import annotations
 
+import math
+
+import entmax
 import torch
 from torch import Tensor, nn
 
@@ -43,6 +52,55 @@ class DotScore(Score):
 
     def forward(self, s: Tensor, keys: Tensor) -> Tensor:
         return s @ keys.transpose(1, 2)  # (B, T, D) x (B, D, S) -> (B, T, S)
+
+
+class ScaledDotScore(Score):
+    """Scaled dot product (Vaswani et al. 2017, eq. 1): e = s . h / sqrt(d). Needs D == He.
+
+    Dividing by sqrt(d) keeps the scores' spread near 1 when s and h have unit-variance
+    entries, however large d is, so softmax does not start out saturated."""
+
+    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
+        return s @ keys.transpose(1, 2) / math.sqrt(s.size(-1))  # (B, T, S)
+
+
+class MultiHeadScore(Score):
+    """Multi-head scaled dot product (Vaswani et al. 2017, 3.2.2) over the RNN states, H heads:
+
+        e^i   = (W^Q_i s) . (W^K_i h) / sqrt(d_k)      head i's scores, d_k = A / H
+        c^i   = sum_j alpha^i_j h_j                    head i's context (the shared `attend`)
+        c     = W^O [c^1 W^V_1; ...; c^H W^V_H]        merged back to the size of h
+
+    The heads ride along the query axis, (B, H*T, S), so `attend` masks and
+    normalises them as any other scores; `merge` joins their contexts. Since
+    alpha^i (h W^V_i) = (alpha^i h) W^V_i, the value projection comes after the sum.
+    """
+
+    def __init__(self, dec_size: int, enc_size: int, attention_size: int, heads: int):
+        super().__init__()
+        self.heads, self.d_k = heads, attention_size // heads
+        self.W_q = nn.Linear(dec_size, attention_size, bias=False)
+        self.W_k = nn.Linear(enc_size, attention_size, bias=False)
+        self.W_v = nn.Parameter(torch.empty(heads, enc_size, self.d_k))  # W^V_i, one per head
+        nn.init.xavier_uniform_(self.W_v.view(-1, self.d_k))
+        self.W_o = nn.Linear(attention_size, enc_size, bias=False)
+
+    def keys(self, h: Tensor) -> Tensor:
+        B, S, _ = h.shape
+        return self.W_k(h).view(B, S, self.heads, self.d_k).transpose(1, 2)  # (B, H, S, d_k)
+
+    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
+        B, T, _ = s.shape
+        q = self.W_q(s).view(B, T, self.heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
+        e = q @ keys.transpose(2, 3) / math.sqrt(self.d_k)  # (B, H, T, S)
+        return e.reshape(B, self.heads * T, -1)  # (B, H*T, S)
+
+    def merge(self, c: Tensor) -> Tensor:
+        """The heads' contexts (B, H*T, He) -> one context (B, T, He)."""
+        B, HT, He = c.shape
+        c = c.view(B, self.heads, HT // self.heads, He)  # (B, H, T, He)
+        v = torch.einsum("bhte,hed->bthd", c, self.W_v.to(c.dtype))  # c^i W^V_i: (B, T, H, d_k)
+        return self.W_o(v.reshape(B, HT // self.heads, -1))  # (B, T, A) -> (B, T, He)
 
 
 class GeneralScore(Score):
@@ -77,26 +135,63 @@ class AdditiveScore(Score):
         return self.v(hidden).squeeze(-1)  # -> (B, T, S)
 
 
-SCORES: dict[str, type[Score]] = {"dot": DotScore, "general": GeneralScore, "additive": AdditiveScore}
+SCORES: dict[str, type[Score]] = {
+    "dot": DotScore,
+    "scaled_dot": ScaledDotScore,
+    "general": GeneralScore,
+    "additive": AdditiveScore,
+}
 
 
-def build_score(kind: str, dec_size: int, enc_size: int, attention_size: int) -> Score:
-    """The scoring module named by `model.attention`."""
+def build_score(kind: str, dec_size: int, enc_size: int, attention_size: int, heads: int = 1) -> Score:
+    """The scoring module named by `model.attention` (scaled_dot with heads > 1: multi-head)."""
+    if heads > 1:
+        return MultiHeadScore(dec_size, enc_size, attention_size, heads)
     return SCORES[kind](dec_size, enc_size, attention_size)
 
 
-def attend(e: Tensor, h: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Steps (2) and (3): softmax over the real source tokens, then the weighted sum.
+def sparsemax(e: Tensor) -> Tensor:
+    """alpha = argmin_p ||p - e||^2 over the simplex: e_i - tau clipped at 0, tau such that the
+    weights sum to 1 (Martins & Astudillo 2016). Scores below tau get exactly 0."""
+    return entmax.sparsemax(e, dim=-1)
+
+
+def entmax15(e: Tensor) -> Tensor:
+    """1.5-entmax (Peters et al. 2019): alpha_i = [e_i / 2 - tau]_+^2, between softmax (which
+    never gives 0) and sparsemax (which is piecewise linear in e)."""
+    return entmax.entmax15(e, dim=-1)
+
+
+NORMALIZERS = {"softmax": lambda e: torch.softmax(e, dim=-1), "sparsemax": sparsemax, "entmax15": entmax15}
+
+
+def keep_top(alpha: Tensor, k: int) -> Tensor:
+    """Hard attention at inference: the k largest weights of each row, renormalised to sum to 1;
+    k = 1 is the argmax, one-hot. (..., S) -> (..., S)."""
+    if k >= alpha.size(-1):
+        return alpha
+    top, where = alpha.topk(k, dim=-1)  # ties: the first, as argmax
+    return torch.zeros_like(alpha).scatter(-1, where, top / top.sum(-1, keepdim=True))
+
+
+def attend(
+    e: Tensor, h: Tensor, src_mask: Tensor, normalizer: str = "softmax", top_k: int = 0
+) -> tuple[Tensor, Tensor]:
+    """Steps (2) and (3): normalise over the real source tokens, then the weighted sum.
 
     Args:
         e: scores (B, T, S).
         h: encoder states (B, S, He).
         src_mask: (B, S) bool, True at real tokens; padding gets weight 0.
+        normalizer: softmax (the notes'), sparsemax or entmax15.
+        top_k: keep only the top_k weights of each step, renormalised (0: all of them).
 
     Returns:
         c: contexts (B, T, He), and alpha: weights (B, T, S), each row summing to 1.
     """
     e = e.float().masked_fill(~src_mask.unsqueeze(1), float("-inf"))  # float32 even under autocast
-    alpha = torch.softmax(e, dim=-1)
+    alpha = NORMALIZERS[normalizer](e)
+    if top_k:
+        alpha = keep_top(alpha, top_k)
     c = alpha.to(h.dtype) @ h  # (B, T, S) x (B, S, He) -> (B, T, He)
     return c, alpha

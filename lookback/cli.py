@@ -68,7 +68,7 @@ def _translator(args: argparse.Namespace):
     device = resolve_device(args.device, "--device")
     run_dirs = [args.run_dir] if "run_dir" in args else args.run_dirs  # several: an ensemble
     translator = Translator.ensemble(run_dirs, args.checkpoint, device, args.precision)
-    for key in ("length_penalty", "max_ratio"):  # --length-penalty, --max-ratio: this run only
+    for key in ("length_penalty", "max_ratio", "hard_attention"):  # their flags: this run only
         if getattr(args, key, None) is not None:
             setattr(translator.decode, key, getattr(args, key))
     print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
@@ -352,6 +352,13 @@ def _add_model_flags(
             metavar="R",
             help="the length limit: an output has at most R x source tokens + 5, </s> included; one cut "
             "there still pays for its </s> (default: decode.max_ratio)",
+        )
+        p.add_argument(
+            "--hard-attention",
+            type=int_range(0),
+            metavar="K",
+            help="keep only the K largest attention weights of each step, renormalised (1: the argmax, "
+            "hard alignment; 0: all, soft; default: decode.hard_attention)",
         )
 
 

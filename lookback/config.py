@@ -89,8 +89,10 @@ class ModelConfig:
     bidirectional: bool = True  # encoder reads both ways; h_i = [fwd_i; bwd_i]
     dropout: float = ranged(0.3, *_FRACTION)  # on embeddings, between layers and before the output layer
     word_dropout: float = ranged(0.0, *_FRACTION)  # zero whole source and target words in training
-    attention: Literal["none", "dot", "general", "additive"] = "additive"  # score(s, h)
-    attention_size: int = at_least(256, 1)  # additive attention: size of W s + U h
+    attention: Literal["none", "dot", "scaled_dot", "general", "additive"] = "additive"  # score(s, h)
+    normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"  # scores e -> weights alpha
+    attention_size: int = at_least(256, 1)  # additive: size of W s + U h; multi-head: of all heads' q, k
+    heads: int = at_least(1, 1)  # scaled_dot: attention heads, each attention_size / heads wide
     context: Literal["final", "mean"] = "final"  # attention none: c = final state, or mean of h
     attend_from: Literal["current", "previous"] = "current"  # query s_t (Luong) or s_{t-1} (Bahdanau)
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
@@ -141,6 +143,7 @@ class DecodeConfig:
     length_penalty: float = at_least(1.0, 0)  # beam score: log P / ((5 + len) / 6) ** this (0: none)
     max_ratio: float = ranged(2.0, *_POSITIVE)  # output at most max_ratio * source length + 5 tokens
     batch_size: int = at_least(64, 1)  # sentences translated at once
+    hard_attention: int = at_least(0, 0)  # keep each step's k largest weights, renormalised (0: all)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # as train.precision, for translating
 
 
@@ -287,9 +290,17 @@ def _cross_checks(cfg: Config) -> list[str]:
     """Problems that involve more than one key."""
     m, problems = cfg.model, []
     enc_out = m.enc_out_size
-    if m.attention == "dot" and enc_out != m.dec_hidden_size:
+    if m.heads > 1 and m.attention != "scaled_dot":
         problems.append(
-            f"model.attention: dot scores need s and h of one size, but the decoder has "
+            f"model.heads: {m.heads} heads need attention 'scaled_dot', not '{m.attention}'"
+        )
+    if m.heads > 1 and m.attention_size % m.heads:
+        problems.append(
+            f"model.heads: model.attention_size ({m.attention_size}) must divide into {m.heads} heads"
+        )
+    if m.attention in ("dot", "scaled_dot") and m.heads == 1 and enc_out != m.dec_hidden_size:
+        problems.append(
+            f"model.attention: {m.attention} scores need s and h of one size, but the decoder has "
             f"{m.dec_hidden_size} and the encoder outputs {enc_out}; set model.dec_hidden_size="
             f"{enc_out} or use 'general'"
         )

@@ -75,12 +75,17 @@ class Decoder(nn.Module):
         super().__init__()
         D = cfg.dec_hidden_size
         self.attention = cfg.attention
+        self.normalizer = cfg.normalizer  # step (2): softmax, sparsemax or entmax15
+        self.hard_attention = 0  # at inference, keep each step's k largest weights (Translator sets it)
         self.attend_from = cfg.attend_from
         self.input_feeding = cfg.input_feeding
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
         self.bridge = nn.Linear(enc_size, D)  # W_b
+        self.heads = cfg.heads
         self.score = (
-            None if cfg.attention == "none" else build_score(cfg.attention, D, enc_size, cfg.attention_size)
+            None
+            if cfg.attention == "none"
+            else build_score(cfg.attention, D, enc_size, cfg.attention_size, cfg.heads)
         )
         feeds_context = cfg.attention == "none" or cfg.attend_from == "previous"  # fixed c, or c_t of s_{t-1}
         rnn_in = cfg.emb_size + (enc_size if feeds_context else 0) + (D if cfg.input_feeding else 0)
@@ -126,8 +131,13 @@ class Decoder(nn.Module):
             c = enc.c if R == B else enc.c.repeat_interleave(R // B, 0)  # (R, He)
             return None, None, c.unsqueeze(1).expand(-1, T, -1)  # (R, T, He)
         q = s.reshape(B, R // B * T, -1)  # (R, T, D) -> (B, K*T, D)
-        e = self.score(q, enc.keys)  # (1) (B, K*T, S)
-        c, alpha = attend(e, enc.h, enc.src_mask)  # (2), (3): (B, K*T, He), (B, K*T, S)
+        e = self.score(q, enc.keys)  # (1) (B, K*T, S); H heads: (B, H*K*T, S)
+        top_k = 0 if self.training else self.hard_attention
+        c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k)  # (2), (3)
+        # c (B, K*T, He), alpha (B, K*T, S); H heads: (B, H*K*T, ...)
+        if self.heads > 1:  # one context from the heads'; their mean scores and weights to show
+            c = self.score.merge(c)  # (B, K*T, He)
+            e, alpha = (x.view(B, self.heads, R // B * T, -1).mean(1) for x in (e, alpha))
         return e.view(R, T, -1), alpha.view(R, T, -1), c.view(R, T, -1)
 
     def forward(

@@ -288,8 +288,9 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         }
         result["tests"][spec] = {f"beam{k}": per_model for k, per_model in per_beam.items()}
         report += _write_test_outputs(out, spec, per_beam, configs)
-    result["learning"] = learning_rows(configs)
-    report += _write_learning(out, configs, result["learning"])
+    finished = study.configs(extra)  # the learning section covers every model trained so far
+    result["learning"] = learning_rows(finished)
+    report += _write_learning(out, finished, result["learning"])
     result["wall_seconds"] = time.perf_counter() - start
     (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
@@ -314,6 +315,8 @@ def learning_rows(configs: dict[str, Config]) -> list[dict]:
     first minute (wall clock, validations included) at which validation BLEU reached each level."""
     rows = []
     for name, cfg in configs.items():
+        if not (Path(cfg.train.run_dir) / "metrics.jsonl").exists():
+            continue  # not trained (yet)
         valid, speed = validation_curve(cfg.train.run_dir)
         if not valid:
             continue
@@ -342,19 +345,25 @@ def _write_learning(out: Path, configs: dict[str, Config], rows: list[dict]) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    # against minutes, the figure to optimise, and against updates, which a machine whose speed
+    # varies from run to run does not move
+    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for name, cfg in configs.items():
         metrics = Path(cfg.train.run_dir) / "metrics.jsonl"
         if not metrics.exists():
             continue
         (out / f"metrics_{name}.jsonl").write_bytes(metrics.read_bytes())
         valid, _ = validation_curve(cfg.train.run_dir)
-        ax.plot([r["seconds"] / 60 for r in valid], [r["bleu"] for r in valid], marker="o", label=name)
-    ax.set_xlabel("training minutes (wall clock, validations included)")
-    ax.set_ylabel("validation BLEU, greedy")
-    ax.set_title(f"How each model learned, on {cpu_name()}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+        bleu = [r["bleu"] for r in valid]
+        by_time.plot([r["seconds"] / 60 for r in valid], bleu, marker="o", label=name)
+        by_step.plot([r["step"] for r in valid], bleu, marker="o", label=name)
+    by_time.set_xlabel("training minutes (wall clock, validations included)")
+    by_time.set_ylabel("validation BLEU, greedy")
+    by_step.set_xlabel("updates")
+    fig.suptitle(f"How each model learned, on {cpu_name()}")
+    for ax in (by_time, by_step):
+        ax.grid(alpha=0.3)
+    by_step.legend(fontsize="small")
     fig.tight_layout()
     for suffix in (".png", ".svg"):
         fig.savefig(out / f"learning{suffix}", dpi=120)

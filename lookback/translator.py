@@ -18,6 +18,7 @@ from torch import Tensor
 from .batch import pad
 from .checkpoint import load_checkpoint
 from .config import Config, DecodeConfig, from_dict, search_width
+from .decoder import Decoder
 from .device import autocast, resolve_precision
 from .ensemble import Ensemble
 from .errors import CheckpointError, first_line
@@ -138,6 +139,9 @@ class Translator:
         nbest = nbest or self.decode.nbest
         beam = search_width(beam or self.decode.beam, nbest)
         length_penalty = self.decode.length_penalty if length_penalty is None else length_penalty
+        for module in self.model.modules():  # decode.hard_attention, as set now
+            if isinstance(module, Decoder):
+                module.hard_attention = self.decode.hard_attention
         ids = [self.src_tok.encode(s) for s in sentences]
         eos = [EOS] if self.config and self.config.data.src_eos else []  # as the model was trained
         room = self.max_src_len - len(eos)  # the source, </s> included, stays within max_src_len

@@ -19,7 +19,7 @@ def combos():
     for cell, bi, attention, feeding, attend_from in itertools.product(
         ["rnn", "gru", "lstm"],
         [True, False],
-        ["none", "dot", "general", "additive"],
+        ["none", "dot", "scaled_dot", "general", "additive"],
         [False, True],
         ["current", "previous"],
     ):
@@ -63,7 +63,7 @@ def test_every_combination_runs_forward_and_backward(cell, bi, attention, feedin
     assert model.encoder.embed.weight.grad.abs().sum() > 0  # the loss reaches the source side
 
 
-@pytest.mark.parametrize("attention", ["none", "dot", "general", "additive"])
+@pytest.mark.parametrize("attention", ["none", "dot", "scaled_dot", "general", "additive"])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_teacher_forcing_in_one_call_equals_stepping(attention, cell):
     model = model_for(cell, True, attention, False, "current")

@@ -120,6 +120,8 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     assert (out / "runs" / "none" / "last.pt").stat().st_mtime == first_mtime
     assert main(["study", str(study_file), "--evaluate-only", "--models", "none"]) == 0
     assert set(json.loads((out / "results.json").read_text())["models"]) == {"none"}
+    with (out / "learning.csv").open() as f:  # learning covers every model trained so far
+        assert [r["model"] for r in csv.DictReader(f)] == ["none", "additive"]
     capsys.readouterr()
     assert main(["study", str(study_file), "--models", "dot"]) == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -140,7 +142,8 @@ def test_the_learning_table_by_hand(tmp_path):
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     cfg = from_dict({"train": {"run_dir": str(run)}})
-    (row,) = study_module.learning_rows({"m": cfg})
+    untrained = from_dict({"train": {"run_dir": str(tmp_path / "not_yet")}})
+    (row,) = study_module.learning_rows({"m": cfg, "later": untrained})
     assert row == {
         "model": "m",
         "updates": 300,
