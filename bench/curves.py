@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .common import read_json
 
@@ -34,9 +35,11 @@ def main(argv: list[str] | None = None) -> int:
             curve = ((tasks.get("train") or {}).get("figures") or {}).get("curve")
             if curve:
                 minutes = [p["seconds"] / 60 for p in curve]
-                ax.plot(
-                    minutes, [p["bleu"] for p in curve], marker="o", label=f"{system}, {record['config']}"
-                )
+                recipe = (record.get("settings") or {}).get("recipe")
+                label = f"{system}, {record['config']}"
+                if system == "recipe" and recipe:  # its own config file, not the named configuration
+                    label = f"recipe, {Path(recipe['path']).name}"
+                ax.plot(minutes, [p["bleu"] for p in curve], marker="o", label=label)
     ax.set_xlabel("training minutes (validation time left out)")
     ax.set_ylabel("validation BLEU, greedy")
     ax.set_title(f"Time to quality on {', '.join(sorted(machines))}")
