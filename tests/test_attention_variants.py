@@ -1,6 +1,6 @@
 """Scaled dot scores, sparsemax and 1.5-entmax weights, and hard attention at inference: each by
-hand, in every wiring of the model, in a tiny model that must learn, and through the Translator
-and the CLI."""
+hand, in every wiring of the model, and through the Translator and the CLI (a tiny model that
+must learn with each: tests/test_model.py)."""
 
 import itertools
 import math
@@ -107,24 +107,6 @@ def test_hard_attention_applies_at_inference_only():
     assert not ((soft_train == 0) | (soft_train == 1)).all()  # training stays soft
     hard = model.eval()(b.src, b.src_len, b.tgt_in).alpha
     assert ((hard == 0) | (hard == 1)).all() and torch.equal(hard.sum(-1), torch.ones(hard.shape[:2]))
-
-
-@pytest.mark.parametrize(
-    "attention,normalizer,heads",
-    [("scaled_dot", "softmax", 1), ("additive", "sparsemax", 1), ("scaled_dot", "softmax", 2)],
-)
-def test_a_tiny_model_learns_with_each(attention, normalizer, heads):
-    pairs = [([5, 6, 7], [8, 9]), ([10, 11, 12, 13], [14, 15, 16]), ([7, 6, 5], [9, 8, 20])]
-    pairs += [([21, 22], [23, 24, 25, 26]), ([12, 11, 10], [16, 15])]
-    sizes = dict(dec_hidden_size=24, attention_size=8, heads=heads)
-    model = tiny_model(attention=attention, normalizer=normalizer, **sizes).train()
-    opt = torch.optim.Adam(model.parameters(), lr=0.02)
-    b = collate(pairs)
-    for _ in range(150):
-        opt.zero_grad()
-        (model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out) / b.n_tokens).backward()
-        opt.step()
-    assert [h.tokens for h in greedy(model.eval(), b.src, b.src_len)] == [t for _, t in pairs]
 
 
 def test_config_checks_sizes_and_names():

@@ -132,8 +132,17 @@ def test_decoder_state_reorders_for_the_beam():
     assert model.decoder(y, enc.index_select(idx), moved).logits.shape == (3, 1, 33)
 
 
-@pytest.mark.parametrize("attention", ["none", "additive"])
-def test_a_tiny_model_overfits_a_handful_of_pairs(attention):
+@pytest.mark.parametrize(
+    "attention,variant",
+    [
+        ("none", {}),
+        ("additive", {}),
+        ("scaled_dot", {}),
+        ("additive", {"normalizer": "sparsemax"}),
+        ("scaled_dot", {"heads": 2, "attention_size": 8}),
+    ],
+)
+def test_a_tiny_model_overfits_a_handful_of_pairs(attention, variant):
     pairs = [
         ([5, 6, 7], [8, 9]),
         ([10, 11, 12, 13], [14, 15, 16]),
@@ -141,7 +150,7 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(attention):
         ([21, 22], [23, 24, 25, 26]),
         ([12, 11, 10], [16, 15]),
     ]
-    model = tiny_model(attention=attention, seed=0, dec_hidden_size=24).train()
+    model = tiny_model(attention=attention, seed=0, dec_hidden_size=24, **variant).train()
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
     b = collate(pairs)
     for _ in range(150):
