@@ -86,13 +86,13 @@ class MultiHeadScore(Score):
         self.W_o = nn.Linear(attention_size, enc_size, bias=False)
 
     def keys(self, h: Tensor) -> Tensor:
-        B, S, _ = h.shape
-        return self.W_k(h).view(B, S, self.heads, self.d_k).transpose(1, 2)  # (B, H, S, d_k)
+        return self.W_k(h)  # (B, S, He) -> (B, S, A): every head's W^K_i h, side by side
 
     def forward(self, s: Tensor, keys: Tensor) -> Tensor:
-        B, T, _ = s.shape
+        (B, T, _), S = s.shape, keys.size(1)
         q = self.W_q(s).view(B, T, self.heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
-        e = q @ keys.transpose(2, 3) / math.sqrt(self.d_k)  # (B, H, T, S)
+        k = keys.view(B, S, self.heads, self.d_k).transpose(1, 2)  # (B, H, S, d_k)
+        e = q @ k.transpose(2, 3) / math.sqrt(self.d_k)  # (B, H, T, S)
         return e.reshape(B, self.heads * T, -1)  # (B, H*T, S)
 
     def merge(self, c: Tensor) -> Tensor:
@@ -118,21 +118,29 @@ class GeneralScore(Score):
 
 
 class AdditiveScore(Score):
-    """Additive (Bahdanau et al. 2015, A.1.2): e = v . tanh(W s + U h)."""
+    """Additive (Bahdanau et al. 2015, A.1.2): e = v . tanh(W s + U h).
 
-    def __init__(self, dec_size: int, enc_size: int, attention_size: int):
+    With coverage (See et al. 2017, eq. 11; after Tu et al. 2016) the running
+    sum of past weights, cov_{t,i} = sum_{t' < t} alpha_{t',i}, joins the score:
+    e = v . tanh(W s + U h + w_c cov), so the model can learn to look away from
+    source words it has already translated."""
+
+    def __init__(self, dec_size: int, enc_size: int, attention_size: int, coverage: bool = False):
         super().__init__()
         self.W = nn.Linear(dec_size, attention_size, bias=False)
         self.U = nn.Linear(enc_size, attention_size)
         self.v = nn.Linear(attention_size, 1, bias=False)
+        self.w_c = nn.Linear(1, attention_size, bias=False) if coverage else None
 
     def keys(self, h: Tensor) -> Tensor:
         return self.U(h)  # (B, S, He) -> (B, S, A): U h once per sentence
 
-    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
+    def forward(self, s: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
         Ws = self.W(s)  # (B, T, D) -> (B, T, A)
-        hidden = torch.tanh(Ws.unsqueeze(2) + keys.unsqueeze(1))  # -> (B, T, S, A)
-        return self.v(hidden).squeeze(-1)  # -> (B, T, S)
+        pre = Ws.unsqueeze(2) + keys.unsqueeze(1)  # -> (B, T, S, A)
+        if coverage is not None:  # cov (B, T, S) -> w_c cov (B, T, S, A)
+            pre = pre + self.w_c(coverage.unsqueeze(-1).to(pre.dtype))
+        return self.v(torch.tanh(pre)).squeeze(-1)  # -> (B, T, S)
 
 
 SCORES: dict[str, type[Score]] = {
@@ -143,10 +151,15 @@ SCORES: dict[str, type[Score]] = {
 }
 
 
-def build_score(kind: str, dec_size: int, enc_size: int, attention_size: int, heads: int = 1) -> Score:
-    """The scoring module named by `model.attention` (scaled_dot with heads > 1: multi-head)."""
+def build_score(
+    kind: str, dec_size: int, enc_size: int, attention_size: int, heads: int = 1, coverage: bool = False
+) -> Score:
+    """The scoring module named by `model.attention` (scaled_dot with heads > 1: multi-head;
+    additive with `coverage`: See et al.'s coverage term)."""
     if heads > 1:
         return MultiHeadScore(dec_size, enc_size, attention_size, heads)
+    if coverage:
+        return AdditiveScore(dec_size, enc_size, attention_size, coverage=True)
     return SCORES[kind](dec_size, enc_size, attention_size)
 
 
@@ -175,7 +188,12 @@ def keep_top(alpha: Tensor, k: int) -> Tensor:
 
 
 def attend(
-    e: Tensor, h: Tensor, src_mask: Tensor, normalizer: str = "softmax", top_k: int = 0
+    e: Tensor,
+    h: Tensor,
+    src_mask: Tensor,
+    normalizer: str = "softmax",
+    top_k: int = 0,
+    prior: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Steps (2) and (3): normalise over the real source tokens, then the weighted sum.
 
@@ -185,11 +203,14 @@ def attend(
         src_mask: (B, S) bool, True at real tokens; padding gets weight 0.
         normalizer: softmax (the notes'), sparsemax or entmax15.
         top_k: keep only the top_k weights of each step, renormalised (0: all of them).
+        prior: log-weights added to the scores before normalising (B, T or 1, S), e.g. the
+            Gaussian of local attention (local.py); None: none.
 
     Returns:
         c: contexts (B, T, He), and alpha: weights (B, T, S), each row summing to 1.
     """
-    e = e.float().masked_fill(~src_mask.unsqueeze(1), float("-inf"))  # float32 even under autocast
+    e = e.float() if prior is None else e.float() + prior.float()  # float32 even under autocast
+    e = e.masked_fill(~src_mask.unsqueeze(1), float("-inf"))
     alpha = NORMALIZERS[normalizer](e)
     if top_k:
         alpha = keep_top(alpha, top_k)

@@ -68,7 +68,7 @@ def _translator(args: argparse.Namespace):
     device = resolve_device(args.device, "--device")
     run_dirs = [args.run_dir] if "run_dir" in args else args.run_dirs  # several: an ensemble
     translator = Translator.ensemble(run_dirs, args.checkpoint, device, args.precision)
-    for key in ("length_penalty", "max_ratio", "hard_attention"):  # their flags: this run only
+    for key in ("length_penalty", "max_ratio", "hard_attention", "coverage_penalty"):  # this run only
         if getattr(args, key, None) is not None:
             setattr(translator.decode, key, getattr(args, key))
     print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
@@ -359,6 +359,13 @@ def _add_model_flags(
             metavar="K",
             help="keep only the K largest attention weights of each step, renormalised (1: the argmax, "
             "hard alignment; 0: all, soft; default: decode.hard_attention)",
+        )
+        p.add_argument(
+            "--coverage-penalty",
+            type=float_at_least(0),
+            metavar="B",
+            help="beam search adds B x sum over source tokens of log min(their total attention, 1), GNMT's "
+            "penalty for source words left untranslated (0: none; default: decode.coverage_penalty)",
         )
 
 

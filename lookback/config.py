@@ -51,6 +51,7 @@ def required(kind: type = str, check: tuple[Callable[[Any], bool], str] | None =
 
 _POSITIVE = (lambda v: v > 0, "a number > 0")
 _FRACTION = (lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
+_UNIT = (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 _OPEN_FRACTION = (lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _SEED = (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)")  # what every RNG accepts
 _THREADS = (lambda v: 0 <= v <= 1024, "an integer in [0, 1024]")  # torch overflows above 2**31
@@ -93,6 +94,10 @@ class ModelConfig:
     normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"  # scores e -> weights alpha
     attention_size: int = at_least(256, 1)  # additive: size of W s + U h; multi-head: of all heads' q, k
     heads: int = at_least(1, 1)  # scaled_dot: attention heads, each attention_size / heads wide
+    window: Literal["global", "local_m", "local_p"] = "global"  # attend to all of h, or a window (local.py)
+    window_size: int = at_least(10, 1)  # local: half-width D, 2D + 1 states per step (Luong: 10)
+    coverage: bool = False  # additive: the running sum of past alphas joins the score (See et al. 2017)
+    readout: Literal["luong", "bahdanau"] = "luong"  # ~s_t = tanh(W_c [s; c]) or Bahdanau's maxout
     context: Literal["final", "mean"] = "final"  # attention none: c = final state, or mean of h
     attend_from: Literal["current", "previous"] = "current"  # query s_t (Luong) or s_{t-1} (Bahdanau)
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
@@ -121,6 +126,10 @@ class TrainConfig:
     label_smoothing: float = ranged(0.0, *_FRACTION)  # epsilon of the cross-entropy
     guide: float = at_least(0.0, 0)  # guided alignment toward the diagonal: weight at update 1 (0: off)
     guide_updates: int = at_least(1000, 1)  # ... falling linearly to 0 at this update (guided.py)
+    coverage_loss: float = at_least(0.0, 0)  # weight of sum_t sum_i min(alpha, coverage) (coverage.py)
+    teacher_forcing: float = ranged(1.0, *_UNIT)  # P(feeding the true y_{t-1}); with a decay, its floor
+    sampling_decay: Literal["none", "linear", "exponential", "inverse_sigmoid"] = "none"  # scheduled sampling
+    sampling_k: float = ranged(5000.0, *_POSITIVE)  # the decay's k (sampling.py; Bengio et al. 2015)
     lr_factor: float = ranged(0.5, *_OPEN_FRACTION)  # ReduceLROnPlateau: multiply lr by this ...
     lr_patience: int = at_least(2, 0)  # ... after this many validations without a better BLEU
     min_lr: float = at_least(1e-5, 0)  # never below this
@@ -144,6 +153,7 @@ class DecodeConfig:
     max_ratio: float = ranged(2.0, *_POSITIVE)  # output at most max_ratio * source length + 5 tokens
     batch_size: int = at_least(64, 1)  # sentences translated at once
     hard_attention: int = at_least(0, 0)  # keep each step's k largest weights, renormalised (0: all)
+    coverage_penalty: float = at_least(0.0, 0)  # beam score + beta sum_i log min(sum_t alpha, 1) (GNMT)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # as train.precision, for translating
 
 
@@ -291,9 +301,7 @@ def _cross_checks(cfg: Config) -> list[str]:
     m, problems = cfg.model, []
     enc_out = m.enc_out_size
     if m.heads > 1 and m.attention != "scaled_dot":
-        problems.append(
-            f"model.heads: {m.heads} heads need attention 'scaled_dot', not '{m.attention}'"
-        )
+        problems.append(f"model.heads: {m.heads} heads need attention 'scaled_dot', not '{m.attention}'")
     if m.heads > 1 and m.attention_size % m.heads:
         problems.append(
             f"model.heads: model.attention_size ({m.attention_size}) must divide into {m.heads} heads"
@@ -303,6 +311,31 @@ def _cross_checks(cfg: Config) -> list[str]:
             f"model.attention: {m.attention} scores need s and h of one size, but the decoder has "
             f"{m.dec_hidden_size} and the encoder outputs {enc_out}; set model.dec_hidden_size="
             f"{enc_out} or use 'general'"
+        )
+    if m.attention == "none":
+        for key, on in (
+            ("model.window", m.window != "global"),
+            ("model.coverage", m.coverage),
+            ("train.coverage_loss", cfg.train.coverage_loss > 0),
+            ("decode.coverage_penalty", cfg.decode.coverage_penalty > 0),
+        ):
+            if on:
+                problems.append(f"{key}: needs attention weights, but model.attention is 'none'")
+    elif m.coverage and m.attention != "additive":
+        problems.append(f"model.coverage: the coverage term is in the additive score, not '{m.attention}'")
+    t = cfg.train
+    if t.sampling_decay != "none" and t.teacher_forcing == 1:
+        problems.append(
+            f"train.sampling_decay: {t.sampling_decay} decays to train.teacher_forcing, which is 1 (no "
+            "sampling ever); set its floor below 1, e.g. train.teacher_forcing=0.5"
+        )
+    if t.sampling_decay == "exponential" and not t.sampling_k < 1:
+        problems.append(
+            f"train.sampling_k: exponential decay k^i needs 0 < k < 1 (e.g. 0.9995), not {t.sampling_k}"
+        )
+    if t.sampling_decay == "inverse_sigmoid" and t.sampling_k < 1:
+        problems.append(
+            f"train.sampling_k: inverse sigmoid k / (k + exp(i / k)) needs k >= 1, not {t.sampling_k}"
         )
     if m.tie_embeddings and m.emb_size != m.dec_hidden_size:
         problems.append(

@@ -9,12 +9,18 @@ One decoder step, in the notes' names (Appendix A and B):
                                        the notes' h_i^d = g(y_{i-1}, h_{i-1}^d, c_i)
               input_feeding:           the previous attentional vector ~s_{t-1} (Luong 3.3)
     c_t   = attend(score(s_t, h))                        attend_from: current (Luong)
-    ~s_t  = tanh(W_c [s_t; c_t])                         attentional vector (Luong eq. 5)
+    ~s_t  = tanh(W_c [s_t; c_t])                         attentional vector (Luong eq. 5), or with
+          = maxout(U_o q_t + V_o y_{t-1} + C_o c_t)      readout: bahdanau (Bahdanau A.2.2), q_t the
+                                                         query: s_{t-1} (previous) or s_t
     P(y_t | y_<t, x) = softmax(W_o ~s_t)                 output distribution (Appendix A.2)
 
+Attention looks at all of h, or with `model.window` at a window of it
+(local.py); with `model.coverage` the score also reads the running sum of
+past weights, which the state carries from step to step.
+
 When no step needs the one before it (attend_from current, no input
-feeding) teacher forcing runs the RNN over the whole target in one call and
-attends with one batched matrix product; otherwise it steps.
+feeding, no coverage) teacher forcing runs the RNN over the whole target in
+one call and attends with one batched matrix product; otherwise it steps.
 
 Legend: B batch, T target steps, S source length, E embedding size,
 D decoder state size, He encoder state size, L layers, V target vocabulary.
@@ -27,6 +33,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from . import local
 from .attention import attend, build_score
 from .config import ModelConfig
 from .encoder import RNNS, EncoderOutput, drop_words
@@ -38,13 +45,16 @@ class DecoderState(NamedTuple):
 
     hidden: Tensor | tuple[Tensor, Tensor]  # (L, B, D) s_{t-1}; LSTM: (s, memory cell)
     feed: Tensor  # (B, D) the previous attentional vector ~s_{t-1} (zeros at the start)
+    step: int = 0  # t: output tokens made so far (local_m's window centre)
+    coverage: Tensor | None = None  # (B, S) sum of the alphas so far; None without model.coverage
 
     def index_select(self, idx: Tensor) -> DecoderState:
         if isinstance(self.hidden, tuple):
             hidden = tuple(x.index_select(1, idx) for x in self.hidden)
         else:
             hidden = self.hidden.index_select(1, idx)
-        return DecoderState(hidden, self.feed.index_select(0, idx))
+        coverage = None if self.coverage is None else self.coverage.index_select(0, idx)
+        return DecoderState(hidden, self.feed.index_select(0, idx), self.step, coverage)
 
     def top(self) -> Tensor:
         """s_{t-1} of the top layer, (B, D): the query when attending from the previous state."""
@@ -85,15 +95,22 @@ class Decoder(nn.Module):
         self.score = (
             None
             if cfg.attention == "none"
-            else build_score(cfg.attention, D, enc_size, cfg.attention_size, cfg.heads)
+            else build_score(cfg.attention, D, enc_size, cfg.attention_size, cfg.heads, cfg.coverage)
         )
+        local_window = self.score is not None and cfg.window != "global"
+        self.window = local.LocalWindow(cfg.window, cfg.window_size, D) if local_window else None
+        self.coverage = cfg.coverage and self.score is not None
         feeds_context = cfg.attention == "none" or cfg.attend_from == "previous"  # fixed c, or c_t of s_{t-1}
         rnn_in = cfg.emb_size + (enc_size if feeds_context else 0) + (D if cfg.input_feeding else 0)
         layers = dict(
             num_layers=cfg.dec_layers, batch_first=True, dropout=cfg.dropout if cfg.dec_layers > 1 else 0
         )
         self.rnn = RNNS[cfg.cell](rnn_in, D, **layers)  # dropout between layers, none after the last
-        self.combine = nn.Linear(D + enc_size, D, bias=False)  # W_c
+        self.readout = cfg.readout
+        if cfg.readout == "luong":
+            self.combine = nn.Linear(D + enc_size, D, bias=False)  # W_c
+        else:  # U_o, V_o, C_o side by side; 2 pieces per maxout unit
+            self.maxout = nn.Linear(D + cfg.emb_size + enc_size, 2 * D)
         self.out = nn.Linear(D, vocab_size)  # W_o
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight
@@ -105,7 +122,11 @@ class Decoder(nn.Module):
     @property
     def parallel(self) -> bool:
         """Whether teacher forcing can run all T steps in one RNN call."""
-        return not self.input_feeding and (self.attention == "none" or self.attend_from == "current")
+        return (
+            not self.input_feeding
+            and not self.coverage
+            and (self.attention == "none" or self.attend_from == "current")
+        )
 
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """Add the attention keys (e.g. U h), computed once per sentence."""
@@ -116,29 +137,70 @@ class Decoder(nn.Module):
         s0 = torch.tanh(self.bridge(enc.c))  # (B, He) -> (B, D)
         s0 = s0.unsqueeze(0).repeat(self.num_layers, 1, 1).contiguous()  # -> (L, B, D)
         hidden = (s0, torch.zeros_like(s0)) if self.is_lstm else s0
-        return DecoderState(hidden, torch.zeros_like(s0[0]))
+        coverage = enc.h.new_zeros(enc.h.shape[:2], dtype=torch.float) if self.coverage else None  # (B, S)
+        return DecoderState(hidden, torch.zeros_like(s0[0]), 0, coverage)
 
-    def context(self, s: Tensor, enc: EncoderOutput) -> tuple[Tensor | None, Tensor | None, Tensor]:
-        """e_t, alpha_t and c_t for queries s (R, T, D); without attention None, None and the fixed c.
+    def context(
+        self, s: Tensor, enc: EncoderOutput, step: int = 0, coverage: Tensor | None = None
+    ) -> tuple[Tensor | None, Tensor | None, Tensor]:
+        """e_t, alpha_t and c_t for queries s (R, T, D) at output steps step .. step + T - 1;
+        without attention None, None and the fixed c. `coverage` (R, S): past weights (T = 1).
 
         R is the batch, or in beam search K rows per sentence of enc, kept
         together: the source is then stored once per sentence, and the
         K beams of a sentence attend to it as K x T queries.
         """
         R, T, _ = s.shape
-        B = enc.h.size(0)
+        B, S = enc.h.shape[:2]
         if self.score is None:
             c = enc.c if R == B else enc.c.repeat_interleave(R // B, 0)  # (R, He)
             return None, None, c.unsqueeze(1).expand(-1, T, -1)  # (R, T, He)
-        q = s.reshape(B, R // B * T, -1)  # (R, T, D) -> (B, K*T, D)
-        e = self.score(q, enc.keys)  # (1) (B, K*T, S); H heads: (B, H*K*T, S)
+        Q = R // B * T  # queries per sentence: K beams x T steps
+        q = s.reshape(B, Q, -1)  # (R, T, D) -> (B, Q, D)
+        cov = None if coverage is None else coverage.view(B, Q, S)  # coverage steps: T = 1
         top_k = 0 if self.training else self.hard_attention
-        c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k)  # (2), (3)
-        # c (B, K*T, He), alpha (B, K*T, S); H heads: (B, H*K*T, ...)
-        if self.heads > 1:  # one context from the heads'; their mean scores and weights to show
-            c = self.score.merge(c)  # (B, K*T, He)
-            e, alpha = (x.view(B, self.heads, R // B * T, -1).mean(1) for x in (e, alpha))
-        return e.view(R, T, -1), alpha.view(R, T, -1), c.view(R, T, -1)
+        if self.window is None:
+            e = self._score(q, enc.keys, cov)  # (1) (B, Q, S); H heads: (B, H*Q, S)
+            c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k)  # (2), (3)
+            e, alpha, c = self._merge_heads(e, alpha, c, B)  # (B, Q, S), (B, Q, S), (B, Q, He)
+        else:
+            steps = (step + torch.arange(T, device=s.device)).repeat(R // B).expand(B, Q)  # (B, Q)
+            e, alpha, c = self._attend_window(q, enc, steps, cov, top_k)
+        return e.view(R, T, S), alpha.view(R, T, S), c.view(R, T, -1)
+
+    def _score(self, q: Tensor, keys: Tensor, cov: Tensor | None) -> Tensor:
+        """(1) e for queries q (B, Q, D) against keys (B, S, *); with coverage (B, Q, S)."""
+        return self.score(q, keys) if cov is None else self.score(q, keys, cov)
+
+    def _merge_heads(self, e: Tensor, alpha: Tensor, c: Tensor, B: int) -> tuple[Tensor, Tensor, Tensor]:
+        """H heads' (B, H*Q, ...) -> one context from theirs, their mean scores and weights to show."""
+        if self.heads == 1:
+            return e, alpha, c
+        c = self.score.merge(c)  # (B, Q, He)
+        e, alpha = (x.view(B, self.heads, -1, x.size(-1)).mean(1) for x in (e, alpha))
+        return e, alpha, c
+
+    def _attend_window(
+        self, q: Tensor, enc: EncoderOutput, steps: Tensor, cov: Tensor | None, top_k: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Local attention (local.py): each of the B x Q queries (B, Q, D) scores only its window
+        of W = 2D + 1 states, as a batch of its own; the weights come back as full rows (B, Q, S)."""
+        (B, Q, _), S = q.shape, enc.h.size(1)
+        lengths = enc.src_mask.sum(1)  # (B,) real source lengths
+        p = self.window.centre(q, steps, lengths)  # (B, Q) p_t
+        idx, inside = self.window.window(p, lengths)  # (B, Q, W)
+        N, W = B * Q, idx.size(-1)
+        keys = local.gather(enc.keys, idx).reshape(N, W, -1)  # (N, W, *)
+        h = local.gather(enc.h, idx).reshape(N, W, -1)  # (N, W, He)
+        cov = None if cov is None else cov.gather(2, idx.clamp(0, S - 1)).reshape(N, 1, W)
+        prior = self.window.prior(p, idx)  # (B, Q, W) log Gaussian, local_p
+        prior = None if prior is None else prior.reshape(N, 1, W)
+        e = self._score(q.reshape(N, 1, -1), keys, cov)  # (1) (N, 1, W); H heads: (N, H, W)
+        c, alpha = attend(e, h, inside.reshape(N, W), self.normalizer, top_k, prior)  # (2), (3)
+        e, alpha, c = self._merge_heads(e, alpha, c, N)  # (N, 1, W), (N, 1, W), (N, 1, He)
+        e = local.scatter(e.float().view(B, Q, W), idx, inside, S, float("-inf"))  # (B, Q, S)
+        alpha = local.scatter(alpha.view(B, Q, W), idx, inside, S, 0.0)  # (B, Q, S), 0 outside
+        return e, alpha, c.view(B, Q, -1)
 
     def forward(
         self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, project: bool = True
@@ -163,17 +225,25 @@ class Decoder(nn.Module):
     def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
         """T decoder steps with one RNN call, without logits; T must be 1 unless `self.parallel`."""
         x = self.dropout(drop_words(self.embed(y_prev), self.word_dropout, self.training))  # (B, T, E)
-        inputs, c = [x], None
+        inputs, c, query = [x], None, None
         if self.score is None:  # 1) the fixed context c, at every step
             e, alpha, c = self.context(x, enc)
             inputs.append(c)
         elif self.attend_from == "previous":  # 1) c_t from s_{t-1}, before the step
-            e, alpha, c = self.context(state.top().unsqueeze(1), enc)  # (B, 1, He)
+            query = state.top().unsqueeze(1)  # (B, 1, D)
+            e, alpha, c = self.context(query, enc, state.step, state.coverage)  # (B, 1, He)
             inputs.append(c.to(x.dtype))
         if self.input_feeding:
             inputs.append(state.feed.unsqueeze(1))  # (B, 1, D)
         s, hidden = self.rnn(torch.cat(inputs, -1), state.hidden)  # 2) (B, T, D)
         if c is None:  # 3) attend from the new state s_t
-            e, alpha, c = self.context(s, enc)
-        s_tilde = torch.tanh(self.combine(torch.cat([s, c.to(s.dtype)], -1)))  # 4) ~s_t (B, T, D)
-        return DecoderOutput(s, e, alpha, c, s_tilde, None, DecoderState(hidden, s_tilde[:, -1]))
+            e, alpha, c = self.context(s, enc, state.step, state.coverage)
+        query = s if query is None else query
+        if self.readout == "luong":  # 4) ~s_t (B, T, D)
+            s_tilde = torch.tanh(self.combine(torch.cat([s, c.to(s.dtype)], -1)))
+        else:  # maxout over pairs of units of U_o q_t + V_o y_{t-1} + C_o c_t
+            pieces = self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))  # (B, T, 2D)
+            s_tilde = pieces.view(*pieces.shape[:-1], -1, 2).amax(-1)  # (B, T, D)
+        coverage = None if state.coverage is None else state.coverage + alpha[:, -1]  # (B, S)
+        next_state = DecoderState(hidden, s_tilde[:, -1], state.step + y_prev.size(1), coverage)
+        return DecoderOutput(s, e, alpha, c, s_tilde, None, next_state)

@@ -93,8 +93,11 @@ class LossModule(nn.Module):
         tgt_out: Tensor,
         label_smoothing: float,
         guide: float,
+        coverage: float = 0.0,
+        teacher_forcing: float = 1.0,
     ) -> Tensor:
-        return self.model.loss(src, src_len, tgt_in, tgt_out, label_smoothing, guide)
+        weights = dict(label_smoothing=label_smoothing, guide=guide, coverage=coverage)
+        return self.model.loss(src, src_len, tgt_in, tgt_out, teacher_forcing=teacher_forcing, **weights)
 
 
 def wrap(model: nn.Module, device: torch.device) -> nn.Module:

@@ -34,7 +34,8 @@ class Step:
     token: str  # the output piece chosen at this step ("</s>" ends the output)
     prob: float  # P(token | y_<t, x)
     top: list[tuple[str, float]]  # the most probable next pieces, with probabilities
-    scores: list[float] | None  # e_{t,i}, one per source piece; None without attention
+    scores: list[float | None] | None  # e_{t,i} per source piece (None outside a local window); None
+    # without attention
     weights: list[float] | None  # alpha_{t,i}, summing to 1; None without attention
     focus: str | None  # the source piece with the largest weight
     context_size: int  # numbers in c_t
@@ -49,6 +50,8 @@ class Trace:
     translation: str
     tokens: list[str]  # output pieces; the steps add "</s>"
     attention: str  # the model's `model.attention`
+    normalizer: str  # `model.normalizer`: softmax, sparsemax or entmax15
+    window: str  # `model.window`: global, local_m or local_p
     beam: int
     hypothesis: int  # 0 is the best
     score: float
@@ -85,7 +88,8 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
         best_p, best_ids = p[t].topk(min(top_k, p.size(-1)))
         scores = weights = focus = None
         if out.alpha is not None:
-            scores, weights = out.e[0, t].float().tolist(), out.alpha[0, t].float().tolist()
+            weights = out.alpha[0, t].float().tolist()
+            scores = [x if math.isfinite(x) else None for x in out.e[0, t].float().tolist()]  # None: unscored
             focus = translator.src_tok.id_to_piece(hyp.src_ids[int(out.alpha[0, t].argmax())])
         steps.append(
             Step(
@@ -110,6 +114,8 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
         translation=hyp.text,
         tokens=hyp.tokens,
         attention=dec.attention,
+        normalizer=dec.normalizer,
+        window="global" if dec.window is None else dec.window.kind,
         beam=beam,
         hypothesis=hypothesis,
         score=hyp.score,
@@ -135,9 +141,12 @@ def format_trace(tr: Trace, only_step: int | None = None) -> str:
             "made by the encoder from the whole source."
         )
     else:
+        where = (
+            "every source token" if tr.window == "global" else f"the source tokens of its {tr.window} window"
+        )
         lines.append(
-            f"attention: {tr.attention}. At every step the decoder (1) scores each source token, "
-            f"(2) turns the scores into weights with softmax, (3) takes the weighted sum of the "
+            f"attention: {tr.attention}. At every step the decoder (1) scores {where}, "
+            f"(2) turns the scores into weights with {tr.normalizer}, (3) takes the weighted sum of the "
             f"encoder states as its context c_t ({size} numbers)."
         )
     width = max((len(s) for s in tr.src_tokens), default=6) + 2
@@ -148,7 +157,9 @@ def format_trace(tr: Trace, only_step: int | None = None) -> str:
         if st.weights is not None:
             lines.append(f"  {'source':<{width}} {'(1) score':>10} {'(2) weight':>11}")
             for tok, e, a in zip(tr.src_tokens, st.scores, st.weights, strict=True):
-                lines.append(f"  {tok:<{width}} {e:>10.3f} {a:>11.3f}  {_bar(a)}")
+                score = "not scored" if e is None else f"{e:.3f}"  # outside a local window
+                weight = "0 exactly" if a == 0 else f"{a:.3f}"  # sparse, local and hard attention
+                lines.append(f"  {tok:<{width}} {score:>10} {weight:>11}  {_bar(a)}")
             lines.append(f"  {'':<{width}} {'sum':>10} {sum(st.weights):>11.3f}")
             lines.append(f"  most attended: {st.focus} ({max(st.weights):.3f})")
             name = "(3) c_t"

@@ -12,9 +12,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
+from .coverage import coverage_loss
 from .decoder import Decoder, DecoderOutput
 from .encoder import Encoder, EncoderOutput
 from .guided import guided_loss
+from .sampling import sampled_forward
 from .tokenizer import PAD
 
 
@@ -41,21 +43,33 @@ class Seq2Seq(nn.Module):
         tgt_out: Tensor,
         label_smoothing: float = 0.0,
         guide: float = 0.0,
+        coverage: float = 0.0,
+        teacher_forcing: float = 1.0,
     ) -> Tensor:
-        """Summed cross-entropy J over the real target tokens of tgt_out (B, T), plus `guide` times
-        the guided-alignment loss J_guide (guided.py) when the model attends.
+        """Summed cross-entropy J over the real target tokens of tgt_out (B, T), plus, when the
+        model attends, `guide` times the guided-alignment loss (guided.py) and `coverage` times
+        the coverage loss (coverage.py).
 
-        Only the real tokens reach the output layer: W_o and the softmax over V
-        are most of the cost, and a batch of sentences is often half padding.
+        `teacher_forcing` < 1 feeds the true previous token with that probability, else the
+        model's own (scheduled sampling, sampling.py). Only the real tokens reach the output
+        layer: W_o and the softmax over V are most of the cost, and a batch of sentences is
+        often half padding.
         """
         enc = self.encode(src, src_len)
-        out = self.decoder(tgt_in, enc, self.decoder.init_state(enc), project=False)
+        state = self.decoder.init_state(enc)
         real = tgt_out != PAD  # (B, T)
-        logits = self.decoder.project(out.s_tilde[real])  # (N, D) -> (N, V), N real tokens
+        if teacher_forcing < 1:
+            out = sampled_forward(self.decoder, tgt_in, enc, state, teacher_forcing)
+            logits = out.logits[real]  # (N, V), N real tokens
+        else:
+            out = self.decoder(tgt_in, enc, state, project=False)
+            logits = self.decoder.project(out.s_tilde[real])  # (N, D) -> (N, V)
         targets = tgt_out[real]  # (N,)
         J = F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
         if guide and out.alpha is not None:
             J = J + guide * guided_loss(out.alpha, src_len, tgt_out)
+        if coverage and out.alpha is not None:
+            J = J + coverage * coverage_loss(out.alpha, real)
         return J
 
 

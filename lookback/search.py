@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .coverage import coverage_penalty
 from .decoder import DecoderState
 from .encoder import EncoderOutput
 from .model import Seq2Seq
@@ -30,6 +31,13 @@ class Hypothesis:
     score: float  # log-probability (with </s>), over the length penalty in beam search
     logprob: float  # log-probability of tokens + </s>
     alpha: Tensor | None  # (len(tokens), source length) attention weights; None without attention
+
+
+def rank_score(logprob: float, length: int, alpha: Tensor | None, power: float, beta: float) -> float:
+    """GNMT's s(Y, X) = log P(Y | X) / lp(Y) + cp(X; Y) (Wu et al. 2016, eq. 14) of an output of
+    `length` tokens plus </s>, whose tokens' attention weights are alpha (length, S)."""
+    cp = coverage_penalty(alpha, beta) if alpha is not None else 0.0
+    return logprob / lp(length + 1, power) + cp
 
 
 def max_lengths(src_len: Tensor, max_ratio: float) -> Tensor:
@@ -93,12 +101,15 @@ class Beam(NamedTuple):
             state=model.decoder.init_state(enc),
         )
 
-    def finish(self, row: int, logprob: float, src_len: Tensor, power: float | None) -> Hypothesis:
+    def finish(
+        self, row: int, logprob: float, src_len: Tensor, power: float | None, beta: float = 0.0
+    ) -> Hypothesis:
         """Row `row` ended with </s>, at log-probability `logprob`; scored over lp(length) ** power
-        (None: the plain log-probability, as greedy reports it)."""
+        plus the coverage penalty cp with weight beta (power None: the plain log-probability, as
+        greedy reports it)."""
         seq, S = self.tokens[row, 1:].tolist(), int(src_len[self.sent[row // self.scores.size(1)]])
         alpha = None if self.alpha is None else self.alpha[row, : len(seq), :S].cpu()
-        score = logprob if power is None else logprob / lp(len(seq) + 1, power)
+        score = logprob if power is None else rank_score(logprob, len(seq), alpha, power, beta)
         return Hypothesis(seq, score, logprob, alpha)
 
     def select(self, keep: Tensor | None, rows: Tensor, y: Tensor, scores: Tensor) -> Beam:
@@ -174,25 +185,29 @@ def beam_search(
     length_penalty: float = 1.0,
     max_ratio: float = 2.0,
     seeds: list[Hypothesis] | None = None,
+    coverage_penalty: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Keep the `beam` best partial outputs of each sentence at every step; return its `nbest`
-    best finished ones, scored by log-probability over lp(length) ** `length_penalty`.
+    best finished ones, scored by log-probability over lp(length) ** `length_penalty`, plus
+    GNMT's coverage penalty with weight `coverage_penalty` (coverage.py; 0: none).
 
     `seeds`, one finished hypothesis per sentence (the Translator passes greedy's outputs),
     join the finished ones from the start: a beam can prune the path greedy took, and with
     them the search never returns less than greedy under its own objective.
 
     A sentence is done when no live hypothesis can beat its nbest-th finished one: with
-    log-probability L, none can score above L / lp(limit), as log-probabilities only fall
-    and lp grows (docs/search.md: the rule beside Joey NMT's, OpenNMT-py's and Hugging
-    Face's). A done sentence leaves the batch; the K rows of a sentence share one copy of
-    its source, and the first step runs one row per sentence (all start from <s>).
+    log-probability L, none can score above L / lp(limit), as log-probabilities only fall,
+    lp grows and cp is never above 0 (docs/search.md: the rule beside Joey NMT's,
+    OpenNMT-py's and Hugging Face's). A done sentence leaves the batch; the K rows of a
+    sentence share one copy of its source, and the first step runs one row per sentence (all
+    start from <s>).
     """
     B, K, device, order = src.size(0), beam, src.device, itertools.count()
     live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
     finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first
     for heap, h in zip(finished, seeds or [], strict=False):
-        h = Hypothesis(h.tokens, h.logprob / lp(len(h.tokens) + 1, length_penalty), h.logprob, h.alpha)
+        score = rank_score(h.logprob, len(h.tokens), h.alpha, length_penalty, coverage_penalty)
+        h = Hypothesis(h.tokens, score, h.logprob, h.alpha)
         heap.append((h.score, -next(order), h))  # found first: ranks first among equals
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
@@ -208,7 +223,8 @@ def beam_search(
         # 1) candidates ending with </s> within the top K become finished hypotheses
         ends = (cand_tokens[:, :K] == EOS) & torch.isfinite(cand_scores[:, :K])
         for a, j in ends.nonzero().tolist():
-            hyp = live.finish(int(cand_rows[a, j]), float(cand_scores[a, j]), src_len, length_penalty)
+            row, logprob = int(cand_rows[a, j]), float(cand_scores[a, j])
+            hyp = live.finish(row, logprob, src_len, length_penalty, coverage_penalty)
             heap = finished[int(live.sent[a])]
             if seeds and hyp.tokens == seeds[int(live.sent[a])].tokens:
                 continue  # the seed itself, found again

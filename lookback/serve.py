@@ -103,7 +103,9 @@ class StepOut(BaseModel):  # mirrors explain.Step
     token: str
     prob: float
     top: list[tuple[str, float]] = Field(description="the most probable next pieces, with probabilities")
-    scores: list[float] | None = Field(description="e_{t,i}, one per source piece; null without attention")
+    scores: list[float | None] | None = Field(
+        description="e_{t,i}, one per source piece (null: outside a local window); null without attention"
+    )
     weights: list[float] | None = Field(description="alpha_{t,i}, summing to 1; null without attention")
     focus: str | None
     context_size: int
@@ -117,6 +119,8 @@ class TraceOut(BaseModel):  # mirrors explain.Trace
     translation: str
     tokens: list[str]
     attention: str
+    normalizer: str = Field(description="softmax, sparsemax or entmax15")
+    window: str = Field(description="global, local_m or local_p")
     beam: int
     hypothesis: int
     score: float

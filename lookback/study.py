@@ -17,6 +17,8 @@ with every model (e.g. hidden sizes), and the test sets:
       h128: {model.hidden_size: 128, model.dec_hidden_size: 128}
     tests: [multi30k:test_2016_flickr, "concat:3:multi30k:test_2016_flickr"]
     beam: [1, 5]                             # greedy and beam 5; one size may be named alone
+    hard_attention: [1, 2]                   # optional: also greedy with the k largest weights only
+    flops_lengths: [10, 20, 40, 80]          # source lengths at which cost.py counts FLOPs
     synth: {task: reverse, lengths: 5-60, seed: 1, out: data/synth/reverse}  # optional: made if missing
 
 The file is checked as configs are (the Study dataclass below, built by
@@ -24,7 +26,9 @@ config.build): every problem at once, with its dotted key and a did-you-mean,
 and then every model's config. `lookback study FILE` writes into `out_dir` (default: studies/NAME): a run
 directory per model (a finished one is not trained again; an interrupted one
 resumes; `--set train.time_limit=20` lets every model train on to the new
-budget), then results.json, CSV tables, report.md and plots, and how each model learned
+budget), then results.json, CSV tables, report.md and plots (BLEU and chrF by length, gain over
+the model without attention, compression, under- and over-translation, hard against soft
+attention, translation time and attention FLOPs by source length), and how each model learned
 (learning.csv, learning.png: validation BLEU against minutes; each run's metrics_MODEL.jsonl).
 """
 
@@ -39,9 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import sacrebleu
 import torch
 
 from .config import Config, ConfigError, at_least, build, load_config, ranged, required, save_config
+from .cost import step_flops
+from .coverage import coverage_report
 from .data import read_parallel
 from .device import cpu_name
 from .evaluate import bleu_and_length, group_by_length
@@ -81,6 +88,9 @@ class SynthSpec:
     vocab: int = at_least(50, 2)  # distinct source words
 
 
+_POSITIVE_LIST = {"check": (lambda v: all(k >= 1 for k in v), "a list of integers >= 1")}
+
+
 @dataclass
 class Study:
     """A study file, typed and checked as configs are: every problem at once, with did-you-mean."""
@@ -93,6 +103,8 @@ class Study:
     grid: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # label -> overrides, x every model
     tests: list[str] = required(list)  # corpus specs of the test sets
     beam: int | list[int] = ranged(1, _BEAMS[0], _BEAMS[1])  # beam sizes of the evaluation (1: greedy)
+    hard_attention: list[int] = field(default_factory=list, metadata=_POSITIVE_LIST)  # greedy, top k only
+    flops_lengths: list[int] = field(default_factory=lambda: [10, 20, 40, 80], metadata=_POSITIVE_LIST)
     synth: SynthSpec | None = None  # a synthetic corpus to write first, if it is missing
 
     def configs(self, extra: list[str] = (), only: list[str] | None = None) -> dict[str, Config]:
@@ -165,21 +177,41 @@ def train_models(configs: dict[str, Config]) -> dict[str, float]:
 
 
 def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam: int) -> dict[str, dict]:
-    """Per source-length bucket: sentences, BLEU, output/reference length, sequence accuracy,
-    ms per sentence, tokens."""
+    """Per source-length bucket: sentences, BLEU, chrF, output/reference length, sequence
+    accuracy, signs of under- and over-translation (coverage.py), ms per sentence, tokens."""
     out = {}
     for label, idx in group_by_length(src).items():
         srcs, refs = [src[i] for i in idx], [ref[i] for i in idx]
         start = time.perf_counter()
-        hyps = [t.text for t in translator.translate(srcs, beam=beam)]
+        translations = translator.translate(srcs, beam=beam)
         seconds = time.perf_counter() - start
+        hyps = [t.text for t in translations]
+        report = coverage_report([(t.attention, t.src_tokens, t.tokens) for t in translations])
         out[label] = {
             **bleu_and_length(hyps, refs),  # sentences, bleu, length_ratio
+            "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
             "sequence_accuracy": sequence_accuracy(hyps, refs),
+            **{k: report[k] for k in ("under_covered", "over_covered", "repeated_bigrams")},
             "ms_per_sentence": 1000 * seconds / len(idx),
             "mean_src_words": sum(len(s.split()) for s in srcs) / len(idx),
             "mean_src_tokens": sum(len(translator.src_tok.encode(s)) for s in srcs) / len(idx),
         }
+    return out
+
+
+def _evaluate_hard(translators: dict[str, Translator], src: list[str], ref: list[str], k: int) -> dict:
+    """Greedy with only the k largest attention weights of each step kept, for every model that
+    attends (model -> buckets)."""
+    out = {}
+    for name, translator in translators.items():
+        if translator.model.decoder.score is None:
+            continue
+        soft = translator.decode.hard_attention
+        translator.decode.hard_attention = k
+        try:
+            out[name] = evaluate_model(translator, src, ref, 1)
+        finally:
+            translator.decode.hard_attention = soft
     return out
 
 
@@ -288,6 +320,18 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         }
         result["tests"][spec] = {f"beam{k}": per_model for k, per_model in per_beam.items()}
         report += _write_test_outputs(out, spec, per_beam, configs)
+        if study.hard_attention:
+            soft = per_beam.get(1) or {n: evaluate_model(t, src, ref, 1) for n, t in translators.items()}
+            hard = {k: _evaluate_hard(translators, src, ref, k) for k in study.hard_attention}
+            result["tests"][spec].update({f"hard{k}": per_model for k, per_model in hard.items()})
+            report += _write_hard(out, spec, soft, hard)
+    flops = [
+        {"model": name, **step_flops(t.model, S)}
+        for name, t in translators.items()
+        for S in study.flops_lengths
+    ]
+    result["attention_flops"] = flops
+    report += _write_flops(out, flops)
     finished = study.configs(extra)  # the learning section covers every model trained so far
     result["learning"] = learning_rows(finished)
     report += _write_learning(out, finished, result["learning"])
@@ -377,7 +421,7 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
     """CSV tables, plots and the report section of one test set; `per_beam`: beam -> model -> buckets.
     A model is compared with the model without attention at the same beam size."""
     slug = _slug(spec)
-    table, gains, compression, cost = [], [], [], []
+    table, gains, compression, cost, translation = [], [], [], [], []
     for k, per_model in per_beam.items():
         for name, buckets in per_model.items():
             base = _baseline(name, configs)
@@ -388,8 +432,15 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
                         **row,
                         "sentences": b["sentences"],
                         "bleu": round(b["bleu"], 2),
+                        "chrf": round(b["chrf"], 2),
                         "length_ratio": round(b["length_ratio"], 3),
                         "sequence_accuracy": round(b["sequence_accuracy"], 2),
+                    }
+                )
+                translation.append(
+                    {
+                        **row,
+                        **{k: _round(b[k], 3) for k in ("under_covered", "over_covered", "repeated_bigrams")},
                     }
                 )
                 cost.append(
@@ -418,18 +469,78 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
     _write_csv(out / f"gain_over_none_{slug}.csv", gains)
     _write_csv(out / f"compression_{slug}.csv", compression)
     _write_csv(out / f"cost_{slug}.csv", cost)
+    _write_csv(out / f"coverage_{slug}.csv", translation)
     _plot(out / f"bleu_by_length_{slug}", per_beam, "bleu", "BLEU", f"BLEU by source length: {spec}")
     _plot(out / f"cost_{slug}", per_beam, "ms_per_sentence", "ms per sentence", f"Translation time: {spec}")
     return [
         f"## {spec}",
         "",
-        _markdown(table, "BLEU, output/reference length and sequence accuracy by source length"),
+        _markdown(table, "BLEU, chrF, output/reference length and sequence accuracy by source length"),
         _markdown(gains, "Gain over the model without attention"),
         _markdown(compression, "The compression table (models without attention)"),
         _markdown(cost, "Cost: translation time per sentence"),
+        _markdown(
+            translation,
+            "Under- and over-translation: shares of source tokens with a total attention under 0.5 "
+            "or over 1.5 (the closing </s> left out), and of output bigrams repeated in the sentence",
+        ),
         f"![BLEU by length](bleu_by_length_{slug}.png)",
         "",
     ]
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _write_hard(out: Path, spec: str, soft: dict, hard: dict) -> list[str]:
+    """Hard against soft attention at inference, greedy: `soft` model -> buckets, `hard` k -> model
+    -> buckets."""
+    rows = [
+        {
+            "model": name,
+            "k": k,
+            "bucket": label,
+            "soft_bleu": round(soft[name][label]["bleu"], 2),
+            "hard_bleu": round(b["bleu"], 2),
+            "change": round(b["bleu"] - soft[name][label]["bleu"], 2),
+        }
+        for k, per_model in hard.items()
+        for name, buckets in per_model.items()
+        for label, b in buckets.items()
+    ]
+    _write_csv(out / f"hard_attention_{_slug(spec)}.csv", rows)
+    title = "Hard against soft attention at inference (greedy; k = 1: argmax one-hot, else the k largest)"
+    return [_markdown(rows, title)]
+
+
+def _write_flops(out: Path, rows: list[dict]) -> list[str]:
+    """cost.py's measurements for every model by source length: a table and a plot."""
+    _write_csv(out / "attention_flops.csv", rows)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (per_sentence, share) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == name]
+        xs = [r["source_tokens"] for r in mine]
+        per_sentence.plot(xs, [r["attention_flops_per_sentence"] / 1e6 for r in mine], marker="o", label=name)
+        share.plot(xs, [100 * r["attention_share"] for r in mine], marker="o", label=name)
+    per_sentence.set_ylabel("attention MFLOPs per sentence (T = S outputs)")
+    share.set_ylabel("attention's share of a decoder step (%)")
+    for ax in (per_sentence, share):
+        ax.set_xlabel("source tokens S")
+        ax.grid(alpha=0.3)
+    share.legend(fontsize="small")
+    fig.suptitle("What attention costs (torch.utils.flop_counter: matrix products)")
+    fig.tight_layout()
+    for suffix in (".png", ".svg"):
+        fig.savefig(out / f"attention_flops{suffix}", dpi=120)
+    plt.close(fig)
+    title = "Attention FLOPs by source length (cost.py: one greedy step, batch 1; per sentence T = S)"
+    return ["## Cost of attention", "", _markdown(rows, title), "![attention FLOPs](attention_flops.png)", ""]
 
 
 def _markdown(rows: list[dict], title: str) -> str:

@@ -41,6 +41,7 @@ from .evaluate import score, validation_loss
 from .guided import guide_at
 from .model import Seq2Seq, build_model, count_parameters
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals
+from .sampling import truth_probability
 from .schedule import set_lr
 from .tokenizer import load_tokenizers, train_tokenizers
 from .translator import Translator
@@ -153,6 +154,7 @@ class Trainer:
         self.loss_module.train()
         t = self.cfg.train
         guide = guide_at(t, self.progress.step + 1)  # guided alignment's weight (0: off)
+        eps = truth_probability(self.progress.step, t.teacher_forcing, t.sampling_decay, t.sampling_k)
         self.optimizer.zero_grad(set_to_none=True)
         (tokens,) = self.ranks.sum([sum(b.n_tokens for b in batches)])
         per_rank = tokens / self.ranks.world  # mean over tokens: steps do not depend on batch shape
@@ -163,7 +165,14 @@ class Trainer:
             with distributed.no_sync(self.loss_module, i == len(batches) - 1):
                 with autocast(self.device, self.precision):
                     loss = self.loss_module(
-                        batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, t.label_smoothing, guide
+                        batch.src,
+                        batch.src_len,
+                        batch.tgt_in,
+                        batch.tgt_out,
+                        t.label_smoothing,
+                        guide,
+                        t.coverage_loss,
+                        eps,
                     )
                 self.scaler.scale(loss / per_rank).backward()
             total += float(loss.detach())
@@ -215,8 +224,14 @@ class Trainer:
         loss_sum, tokens = self.ranks.sum([window.loss, window.tokens])
         loss, tok_s = loss_sum / max(tokens, 1), tokens / max(window.seconds, 1e-9)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", epoch=self.progress.epoch)
-        lr = self.optimizer.param_groups[0]["lr"]
-        self._metrics(kind="train", loss=loss, ppl=math.exp(min(loss, 50)), tokens_per_s=tok_s, lr=lr)
+        t, lr = self.cfg.train, self.optimizer.param_groups[0]["lr"]
+        extra = {}
+        if t.teacher_forcing < 1 or t.sampling_decay != "none":  # scheduled sampling's eps_i
+            extra["teacher_forcing"] = truth_probability(
+                self.progress.step, t.teacher_forcing, t.sampling_decay, t.sampling_k
+            )
+        ppl = math.exp(min(loss, 50))
+        self._metrics(kind="train", loss=loss, ppl=ppl, tokens_per_s=tok_s, lr=lr, **extra)
         if bar.disable and self.ranks.main and self.progress.seconds >= self._line_at:  # no bar: a line
             logger.info(progress_line(self.cfg.train, self.progress, loss, tok_s))
             self._line_at = self.progress.seconds + progress.LINE_EVERY

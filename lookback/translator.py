@@ -161,7 +161,17 @@ class Translator:
                 if beam == 1 and nbest == 1:
                     hyps = [[h] for h in first]
                 else:  # greedy's outputs seed the beam: never less than greedy (docs/search.md)
-                    hyps = beam_search(self.model, src, src_len, beam, nbest, length_penalty, ratio, first)
+                    hyps = beam_search(
+                        self.model,
+                        src,
+                        src_len,
+                        beam,
+                        nbest,
+                        length_penalty,
+                        ratio,
+                        first,
+                        self.decode.coverage_penalty,
+                    )
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
         empty_out = sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x)

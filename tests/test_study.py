@@ -37,6 +37,8 @@ def study_file(tmp_path):
         "models": {"none": {"model.attention": "none"}, "additive": {"model.attention": "additive"}},
         "tests": [write_corpus(tmp_path / "data", "lengths", pairs)],
         "beam": [1, 3],
+        "hard_attention": [1],
+        "flops_lengths": [5, 20],
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")  # models in this order
@@ -64,12 +66,31 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         assert model["parameters"] == count_parameters(Translator.load(run_dir).model)
         assert model["train_seconds"] == returned[str(run_dir)].seconds > 0
         assert model["overrides"] == [f'model.attention="{name}"']
-        assert list(result["tests"][spec]) == ["beam1", "beam3"]
+        assert list(result["tests"][spec]) == ["beam1", "beam3", "hard1"]
         buckets = result["tests"][spec]["beam3"][name]
         assert {label: b["sentences"] for label, b in buckets.items()} == {"1-10": 3, "11-20": 2, "61+": 1}
         assert list(buckets) == ["1-10", "11-20", "61+"]  # short to long
         assert all(b["length_ratio"] > 0 for b in buckets.values())  # output over reference length
         assert buckets["61+"]["mean_src_words"] == 65 and buckets["11-20"]["mean_src_words"] == 15
+        assert all(0 <= b["chrf"] <= 100 and 0 <= b["repeated_bigrams"] <= 1 for b in buckets.values())
+        covered = [b["under_covered"] for b in buckets.values()]
+        assert all(x is None for x in covered) if name == "none" else all(0 <= x <= 1 for x in covered)
+    assert list(result["tests"][spec]["hard1"]) == ["additive"]  # hard attention needs attention
+    hard_bleu = {label: b["bleu"] for label, b in result["tests"][spec]["hard1"]["additive"].items()}
+    with (out / f"hard_attention_{spec.strip('/').replace('/', '_')}.csv").open() as f:
+        hard_rows = list(csv.DictReader(f))
+    soft_bleu = {label: b["bleu"] for label, b in result["tests"][spec]["beam1"]["additive"].items()}
+    for r in hard_rows:  # hard against the same model's soft greedy output
+        assert float(r["hard_bleu"]) == pytest.approx(hard_bleu[r["bucket"]], abs=0.006)
+        assert float(r["soft_bleu"]) == pytest.approx(soft_bleu[r["bucket"]], abs=0.006)
+    flops = {(r["model"], r["source_tokens"]): r for r in result["attention_flops"]}
+    assert set(flops) == {(m, S) for m in ("none", "additive") for S in (5, 20)}
+    assert flops[("none", 20)]["attention_flops_per_step"] == 0
+    assert (
+        flops[("additive", 20)]["attention_flops_per_step"]
+        > flops[("additive", 5)]["attention_flops_per_step"]
+    )
+    assert (out / "attention_flops.png").stat().st_size > 0
     slug = spec.strip("/").replace("/", "_")
     with (out / f"bleu_by_length_{slug}.csv").open() as f:
         rows = list(csv.DictReader(f))

@@ -65,9 +65,15 @@ function setStatus(message) {
 }
 
 // The weight of a cell as a shade of blue; dark cells get light text.
+// Sparse, local and hard attention give weights of exactly 0: those cells are hatched, not white.
 function paint(node, weight) {
   node.style.backgroundColor = `rgba(29, 78, 216, ${Math.max(0, Math.min(1, weight))})`;
   node.classList.toggle("dark", weight > 0.55);
+  node.classList.toggle("zero", weight === 0);
+}
+
+function weightText(w, digits = 3) {
+  return w === 0 ? "0 (exactly)" : fmt(w, digits);
 }
 
 // Translating.
@@ -137,7 +143,7 @@ function renderHeatmap(section, r) {
     const tr = el("tr", { class: "heat-row", "data-row": i },
       el("th", { class: "tgt", "data-row": i, tabindex: "0", text: r.tokens[i] }));
     row.forEach((w, j) => {
-      const td = el("td", { class: "cell", "data-row": i, "data-col": j, title: `${r.src_tokens[j]} → ${r.tokens[i]} ${fmt(w)}` });
+      const td = el("td", { class: "cell", "data-row": i, "data-col": j, title: `${r.src_tokens[j]} → ${r.tokens[i]} ${weightText(w, 2)}` });
       paint(td, w);
       tr.append(td);
     });
@@ -246,8 +252,8 @@ function renderStep(trace, step) {
     trace.src_tokens.forEach((tok, i) => {
       const bar = el("div", { class: "bar" });
       bar.style.width = `${100 * step.weights[i]}%`;
-      body.append(el("tr", {}, el("td", { text: tok }), el("td", { class: "num", text: fmt(step.scores[i], 3) }),
-        el("td", { class: "num", text: fmt(step.weights[i], 3) }), el("td", { class: "bar-col" }, bar)));
+      body.append(el("tr", {}, el("td", { text: tok }), el("td", { class: "num", text: step.scores[i] === null ? "not scored" : fmt(step.scores[i], 3) }),
+        el("td", { class: "num", text: weightText(step.weights[i]) }), el("td", { class: "bar-col" }, bar)));
     });
     table.append(body);
     out.append(table,
