@@ -133,6 +133,22 @@ def token_batches(
     return batches
 
 
+def curriculum_batches(
+    lengths: list[tuple[int, int]], max_tokens: int, seed: int, curriculum: list[int], epoch: int
+) -> list[list[int]]:
+    """An epoch's batches under a length curriculum ("baby steps", Bengio et al. 2009; Spitkovsky
+    et al. 2010): epoch i < len(curriculum) draws only from the pairs whose target has at most
+    curriculum[i] tokens; later epochs from all. Short sentences first, whose attention has
+    few places to look, then the rest."""
+    if epoch >= len(curriculum):
+        return token_batches(lengths, max_tokens, seed, epoch)
+    keep = [i for i, (_, tgt) in enumerate(lengths) if tgt <= curriculum[epoch]]
+    if not keep:
+        raise ValueError(f"train.curriculum: no training pair has at most {curriculum[epoch]} target tokens")
+    batches = token_batches([lengths[i] for i in keep], max_tokens, seed, epoch)
+    return [[keep[j] for j in batch] for batch in batches]
+
+
 @dataclass
 class UpdatePlan:
     """This process's batches, update after update, epoch after epoch; where it stands is what

@@ -101,6 +101,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    from .coverage import coverage_report
     from .data import read_parallel
     from .evaluate import bleu_by_length, score
 
@@ -111,25 +112,45 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         spec, data_cfg.src_lang, data_cfg.tgt_lang, args.multi30k_dir or data_cfg.multi30k_dir
     )
     beam = args.beam or translator.decode.beam
-    hyps = [t.text for t in translator.translate(src, beam=beam)]
+    translations = translator.translate(src, beam=beam)
+    hyps = [t.text for t in translations]
     scores = score(hyps, ref, data_cfg.tgt_lang)
+    coverage = coverage_report([(t.attention, t.src_tokens, t.tokens) for t in translations])
     if args.output:
         Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
     if args.json:
         print(
             json.dumps(
-                {"test": spec, "beam": beam, **scores.to_dict(), "by_length": bleu_by_length(src, hyps, ref)},
+                {
+                    "test": spec,
+                    "beam": beam,
+                    **scores.to_dict(),
+                    "by_length": bleu_by_length(src, hyps, ref),
+                    "coverage": coverage,
+                },
                 indent=2,
             )
         )
         return
     print(f"{spec}, beam {beam}:")
     print(scores.summary())
+    print(_coverage_line(coverage))
     print("by source length (words): sentences, BLEU, output/reference length")
     for label, b in bleu_by_length(src, hyps, ref).items():
         print(f"  {label:>6}  {b['sentences']:5d}  {b['bleu']:6.2f}  {b['length_ratio']:.3f}")
     for i in range(min(args.show, len(src))):
         print(f"  src: {src[i]}\n  ref: {ref[i]}\n  hyp: {hyps[i]}")
+
+
+def _coverage_line(c: dict) -> str:
+    """coverage.coverage_report as one line: signs of under- and over-translation."""
+    repeats = f"{100 * (c['repeated_bigrams'] or 0):.1f}% of output bigrams repeated"
+    if c["under_covered"] is None:
+        return f"coverage: no attention; {repeats}"
+    return (
+        f"coverage: {100 * c['under_covered']:.1f}% of source tokens under-covered (total attention "
+        f"< 0.5), {100 * c['over_covered']:.1f}% over-covered (> 1.5); {repeats}"
+    )
 
 
 def cmd_study(args: argparse.Namespace) -> None:

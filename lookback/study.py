@@ -46,7 +46,17 @@ from typing import Any, Literal
 import sacrebleu
 import torch
 
-from .config import Config, ConfigError, at_least, build, load_config, ranged, required, save_config
+from .config import (
+    Config,
+    ConfigError,
+    at_least,
+    build,
+    load_config,
+    positive_ints,
+    ranged,
+    required,
+    save_config,
+)
 from .cost import step_flops
 from .coverage import coverage_report
 from .data import read_parallel
@@ -88,9 +98,6 @@ class SynthSpec:
     vocab: int = at_least(50, 2)  # distinct source words
 
 
-_POSITIVE_LIST = {"check": (lambda v: all(k >= 1 for k in v), "a list of integers >= 1")}
-
-
 @dataclass
 class Study:
     """A study file, typed and checked as configs are: every problem at once, with did-you-mean."""
@@ -103,8 +110,8 @@ class Study:
     grid: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # label -> overrides, x every model
     tests: list[str] = required(list)  # corpus specs of the test sets
     beam: int | list[int] = ranged(1, _BEAMS[0], _BEAMS[1])  # beam sizes of the evaluation (1: greedy)
-    hard_attention: list[int] = field(default_factory=list, metadata=_POSITIVE_LIST)  # greedy, top k only
-    flops_lengths: list[int] = field(default_factory=lambda: [10, 20, 40, 80], metadata=_POSITIVE_LIST)
+    hard_attention: list[int] = positive_ints()  # also greedy with only each step's k largest weights
+    flops_lengths: list[int] = positive_ints(10, 20, 40, 80)  # source lengths at which cost.py counts
     synth: SynthSpec | None = None  # a synthetic corpus to write first, if it is missing
 
     def configs(self, extra: list[str] = (), only: list[str] | None = None) -> dict[str, Config]:

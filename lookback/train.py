@@ -30,7 +30,7 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from tqdm import tqdm
 
 from . import distributed, progress
-from .batch import Batch, UpdatePlan, encode_corpus, token_batches
+from .batch import Batch, UpdatePlan, curriculum_batches, encode_corpus
 from .checkpoint import RunDir
 from .config import Config, save_config
 from .data import read_parallel
@@ -72,7 +72,8 @@ class Trainer:
         self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok, src_eos=d.src_eos)
         t, (rank, world) = cfg.train, (self.ranks.rank, self.ranks.world)
         lengths = [(len(x), len(y)) for x, y in self.train_data.pairs]
-        epoch_batches = partial(token_batches, lengths, t.max_tokens, t.seed)  # epoch -> its batches
+        # epoch -> its batches, short pairs only in the first epochs under train.curriculum
+        epoch_batches = partial(curriculum_batches, lengths, t.max_tokens, t.seed, t.curriculum)
         self.plan = UpdatePlan(self.train_data.pairs, epoch_batches, world * t.accumulate, rank, world)
         # 2) model, optimiser, scheduler
         torch.manual_seed(cfg.train.seed)

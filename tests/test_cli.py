@@ -81,6 +81,7 @@ def test_evaluate_prints_bleu_with_signature_and_json(run, capsys):
     assert (
         "length ratio" in out and "by source length (words): sentences, BLEU, output/reference length" in out
     )
+    assert "% of source tokens under-covered (total attention < 0.5)" in out
     assert main(["evaluate", str(run_dir), "--json", "--output", str(run_dir / "hyp.txt")]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (
@@ -88,6 +89,9 @@ def test_evaluate_prints_bleu_with_signature_and_json(run, capsys):
     )  # sacreBLEU can say 100.00000000000004
     assert result["length_ratio"] > 0 and all(b["length_ratio"] > 0 for b in result["by_length"].values())
     assert len((run_dir / "hyp.txt").read_text().splitlines()) == 20
+    coverage = result["coverage"]  # signs of under- and over-translation (coverage.py)
+    assert coverage["source_tokens"] > 20 and 0 <= coverage["under_covered"] <= 1
+    assert 0 <= coverage["over_covered"] <= 1 and 0 <= coverage["repeated_bigrams"] <= 1
 
 
 def test_user_errors_are_one_line_with_exit_status_2(run, tmp_path, capsys):

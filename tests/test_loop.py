@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lookback import progress as progress_module
-from lookback.batch import UpdatePlan
+from lookback.batch import UpdatePlan, curriculum_batches, token_batches
 from lookback.checkpoint import RunDir, load_checkpoint
 from lookback.config import ConfigError, TrainConfig, from_dict
 from lookback.distributed import Ranks
@@ -61,6 +61,22 @@ def test_a_plan_started_at_a_saved_position_goes_on_as_the_uninterrupted_one():
     # a position at the end of an epoch (saved before the plan rolled over eagerly) starts the next
     at_end = UpdatePlan(PAIRS, fixed_batches, per_update=2, epoch=0, batch=4)
     assert take(at_end, 1) == straight[2:3]
+
+
+def test_a_length_curriculum_keeps_short_targets_in_its_first_epochs_and_then_all():
+    lengths = [(3, 1 + i % 12) for i in range(120)]  # target lengths 1 .. 12
+    staged = [curriculum_batches(lengths, 40, 7, [4, 8], epoch) for epoch in range(3)]
+    for epoch, limit in ((0, 4), (1, 8)):
+        seen = sorted(i for b in staged[epoch] for i in b)
+        assert seen == [i for i, (_, t) in enumerate(lengths) if t <= limit]  # each short pair once
+    assert staged[2] == token_batches(lengths, 40, 7, 2)  # after the curriculum: the usual epoch
+    assert staged[0] == curriculum_batches(lengths, 40, 7, [4, 8], 0)  # seeded: a resume sees the same
+    with pytest.raises(ValueError, match="train.curriculum: no training pair has at most 0 target tokens"):
+        curriculum_batches(lengths, 40, 7, [0], 0)
+    with pytest.raises(
+        ConfigError, match=r"train.curriculum: got \[10, 0\], expected a list of integers >= 1"
+    ):
+        from_dict({"train": {"curriculum": [10, 0]}})
 
 
 def test_the_ranks_share_each_update_and_together_see_what_one_process_sees():
