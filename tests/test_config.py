@@ -182,13 +182,13 @@ def test_unknown_keys_suggest_the_nearest_valid_key(tmp_path, yaml_text, problem
 
 @pytest.mark.parametrize("section", SECTIONS)
 def test_every_key_checks_its_type(section):
-    """A list is the wrong type for every leaf key: each one must say so (a key without a check fails)."""
+    """A mapping is the wrong type for every leaf key: each one must say so (a key without a check fails)."""
     fields = [f.name for f in dataclasses.fields(type(getattr(Config(), section)))]
     with pytest.raises(ConfigError) as err:
-        from_dict({section: {name: [1, 2] for name in fields}})
+        from_dict({section: {name: {"a": 1} for name in fields}})
     lines = str(err.value).splitlines()
     assert [line.split(": ")[1] for line in lines] == [f"{section}.{name}" for name in fields]
-    assert all(": got [1, 2], expected " in line for line in lines)
+    assert all(": got {'a': 1}, expected " in line for line in lines)
 
 
 @pytest.mark.parametrize("section, key, kind", NUMERIC, ids=[f"{s}.{k}" for s, k, _ in NUMERIC])
