@@ -16,7 +16,7 @@ from lookback.local import LocalWindow, gather, scatter
 from lookback.search import beam_search, greedy
 
 from .helpers import tiny_model
-from .test_model import PAIRS
+from .test_model import PAIRS, assert_one_call_equals_stepping
 
 
 def test_local_m_centres_on_the_step_and_stays_on_the_sentence():
@@ -151,20 +151,7 @@ def test_every_wiring_trains_and_decodes_with_a_window(kind, cell, attention, fe
 
 @pytest.mark.parametrize("kind", ["local_m", "local_p"])
 def test_teacher_forcing_in_one_call_equals_stepping_with_a_window(kind):
-    model = windowed(kind, 1, dec_hidden_size=24)
-    assert model.decoder.parallel
-    b = collate(PAIRS)
-    with torch.no_grad():
-        enc = model.encode(b.src, b.src_len)
-        state = model.decoder.init_state(enc)
-        whole = model.decoder(b.tgt_in, enc, state)
-        steps = []
-        for t in range(b.tgt_in.size(1)):
-            out = model.decoder(b.tgt_in[:, t : t + 1], enc, state)
-            state = out.state
-            steps.append(out)
-    assert torch.allclose(whole.alpha, torch.cat([o.alpha for o in steps], 1), atol=1e-6)
-    assert torch.allclose(whole.logits, torch.cat([o.logits for o in steps], 1), atol=1e-5)
+    assert_one_call_equals_stepping(windowed(kind, 1, dec_hidden_size=24))
 
 
 def test_window_config_checks():

@@ -66,7 +66,11 @@ def test_every_combination_runs_forward_and_backward(cell, bi, attention, feedin
 @pytest.mark.parametrize("attention", ["none", "dot", "scaled_dot", "general", "additive"])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_teacher_forcing_in_one_call_equals_stepping(attention, cell):
-    model = model_for(cell, True, attention, False, "current")
+    assert_one_call_equals_stepping(model_for(cell, True, attention, False, "current"))
+
+
+def assert_one_call_equals_stepping(model) -> None:
+    """The whole target in one decoder call gives the logits and weights of stepping token by token."""
     assert model.decoder.parallel
     b = collate(PAIRS)
     with torch.no_grad():
@@ -77,8 +81,10 @@ def test_teacher_forcing_in_one_call_equals_stepping(attention, cell):
         for t in range(b.tgt_in.size(1)):
             out = model.decoder(b.tgt_in[:, t : t + 1], enc, state)
             state = out.state
-            steps.append(out.logits)
-    assert torch.allclose(whole.logits, torch.cat(steps, 1), atol=1e-5)
+            steps.append(out)
+    assert torch.allclose(whole.logits, torch.cat([o.logits for o in steps], 1), atol=1e-5)
+    if whole.alpha is not None:
+        assert torch.allclose(whole.alpha, torch.cat([o.alpha for o in steps], 1), atol=1e-6)
 
 
 def test_padding_does_not_change_a_sentence():
