@@ -530,11 +530,13 @@ def _write_flops(out: Path, rows: list[dict]) -> list[str]:
     import matplotlib.pyplot as plt
 
     fig, (per_sentence, share) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name in dict.fromkeys(r["model"] for r in rows):
+    for i, name in enumerate(dict.fromkeys(r["model"] for r in rows)):
         mine = [r for r in rows if r["model"] == name]
         xs = [r["source_tokens"] for r in mine]
-        per_sentence.plot(xs, [r["attention_flops_per_sentence"] / 1e6 for r in mine], marker="o", label=name)
-        share.plot(xs, [100 * r["attention_share"] for r in mine], marker="o", label=name)
+        style = ["-", "--", ":"][i // 10 % 3]  # ten colours, then the next line style
+        look = {"color": f"C{i % 10}", "linestyle": style, "marker": "o", "label": name}
+        per_sentence.plot(xs, [r["attention_flops_per_sentence"] / 1e6 for r in mine], **look)
+        share.plot(xs, [100 * r["attention_share"] for r in mine], **look)
     per_sentence.set_ylabel("attention MFLOPs per sentence (T = S outputs)")
     share.set_ylabel("attention's share of a decoder step (%)")
     for ax in (per_sentence, share):
