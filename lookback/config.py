@@ -132,9 +132,7 @@ class TrainConfig:
     label_smoothing: float = ranged(0.0, *_FRACTION)  # epsilon of the cross-entropy
     guide: float = at_least(0.0, 0)  # guided alignment toward the diagonal: weight at update 1 (0: off)
     guide_updates: int = at_least(1000, 1)  # ... falling linearly to 0 at this update (guided.py)
-    curriculum: list[int] = (
-        positive_ints()
-    )  # epoch i: only pairs of <= curriculum[i] target tokens (batch.py)
+    curriculum: list[int] = positive_ints()  # epoch i: targets of <= curriculum[i] pieces only (batch.py)
     coverage_loss: float = at_least(0.0, 0)  # weight of sum_t sum_i min(alpha, coverage) (coverage.py)
     teacher_forcing: float = ranged(1.0, *_UNIT)  # P(feeding the true y_{t-1}); with a decay, its floor
     sampling_decay: Literal["none", "linear", "exponential", "inverse_sigmoid"] = "none"  # scheduled sampling

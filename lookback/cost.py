@@ -6,7 +6,8 @@ O(S x T) per sentence, against the RNN step and the output layer, whose cost
 does not depend on S. Local attention (local.py) touches 2D + 1 states per
 step whatever S is. `step_flops` measures this on a real model with PyTorch's
 own counter (torch.utils.flop_counter.FlopCounterMode, which counts matrix
-products: the elementwise tanh, exp and sums are left out, a small part).
+products: the elementwise add, tanh and exp are left out; for additive
+attention they are about as much again as its S-dependent products).
 
     keys        once per sentence: what the score precomputes from h (U h, W h, W^K h)
     attention   per step: (1) score, (2) normalise, (3) combine (Decoder.context)

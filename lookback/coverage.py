@@ -77,7 +77,7 @@ def coverage_report(
         if alpha is None:  # no attention: only the repeats can be counted
             continue
         keep = [i for i, piece in enumerate(src) if piece != "</s>"]
-        total = alpha.float().sum(0)[keep] if alpha.numel() else torch.zeros(len(keep))
+        total = alpha.float().sum(0)[keep]  # (S',); an empty output's (0, S) sums to zeros
         tokens += len(keep)
         under += int((total < low).sum())
         over += int((total > high).sum())

@@ -227,7 +227,7 @@ class Trainer:
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", epoch=self.progress.epoch)
         t, lr = self.cfg.train, self.optimizer.param_groups[0]["lr"]
         extra = {}
-        if t.teacher_forcing < 1 or t.sampling_decay != "none":  # scheduled sampling's eps_i
+        if t.teacher_forcing < 1:  # scheduled sampling's eps_i (a decay needs a floor below 1)
             extra["teacher_forcing"] = truth_probability(
                 self.progress.step, t.teacher_forcing, t.sampling_decay, t.sampling_k
             )

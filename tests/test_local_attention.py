@@ -91,7 +91,7 @@ def test_weights_are_zero_outside_the_window_and_on_padding(kind):
     assert torch.allclose(out.alpha.sum(-1), torch.ones(B, T), atol=1e-5)
     assert ((out.alpha > 0).sum(-1) <= 3).all()  # 2D + 1 = 3 positions at most
     assert (out.alpha[1, :, 2:] == 0).all()  # sentence 2 has two real source tokens
-    assert torch.isinf(out.e[out.alpha == 0]).all() or kind == "local_p"  # unscored positions: -inf
+    assert torch.isinf(out.e[out.alpha == 0]).all()  # weight 0 only where unscored: e = -inf
     if kind == "local_m":  # step t looks at min(t, S_b - 1) -+ 1
         for b_, t in itertools.product(range(B), range(T)):
             centre = min(t, int(b.src_len[b_]) - 1)
