@@ -25,6 +25,7 @@ He encoder state size, A additive attention size.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import entmax
 import torch
@@ -194,6 +195,7 @@ def attend(
     normalizer: str = "softmax",
     top_k: int = 0,
     prior: Tensor | None = None,
+    transform: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Steps (2) and (3): normalise over the real source tokens, then the weighted sum.
 
@@ -205,6 +207,8 @@ def attend(
         top_k: keep only the top_k weights of each step, renormalised (0: all of them).
         prior: log-weights added to the scores before normalising (B, T or 1, S), e.g. the
             Gaussian of local attention (local.py); None: none.
+        transform: alpha, src_mask -> the alpha to use instead, each row still summing to 1
+            (faithfulness.py's counterfactual attention); None: alpha as computed.
 
     Returns:
         c: contexts (B, T, He), and alpha: weights (B, T, S), each row summing to 1.
@@ -214,5 +218,7 @@ def attend(
     alpha = NORMALIZERS[normalizer](e)
     if top_k:
         alpha = keep_top(alpha, top_k)
+    if transform is not None:
+        alpha = transform(alpha, src_mask)
     c = alpha.to(h.dtype) @ h  # (B, T, S) x (B, S, He) -> (B, T, He)
     return c, alpha

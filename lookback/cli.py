@@ -5,6 +5,7 @@
     lookback evaluate RUN_DIR [RUN_DIR ...] [--test SPEC] [--beam N]
     lookback average RUN_DIR [--last N]   (then --checkpoint averaged)
     lookback study STUDY.yaml [--evaluate-only]
+    lookback faithfulness RUN_DIR [--test SPEC] [--limit N] [--json]   (counterfactual attention)
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
@@ -151,6 +152,40 @@ def _coverage_line(c: dict) -> str:
         f"coverage: {100 * c['under_covered']:.1f}% of source tokens under-covered (total attention "
         f"< 0.5), {100 * c['over_covered']:.1f}% over-covered (> 1.5); {repeats}"
     )
+
+
+def cmd_faithfulness(args: argparse.Namespace) -> None:
+    from .data import read_parallel
+    from .faithfulness import faithfulness
+
+    translator = _translator(args)
+    data_cfg = translator.config.data
+    spec = args.test or data_cfg.test
+    src, ref = read_parallel(
+        spec, data_cfg.src_lang, data_cfg.tgt_lang, args.multi30k_dir or data_cfg.multi30k_dir
+    )
+    if args.limit:
+        src, ref = src[: args.limit], ref[: args.limit]
+    kinds = tuple(args.kinds.split(",")) if args.kinds else None
+    report = faithfulness(translator, src, ref, **({"kinds": kinds} if kinds else {}), seed=args.seed)
+    report = {"run_dir": args.run_dir, "test": spec, **report}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{args.run_dir} on {spec}: {report['sentences']} sentences, attention {report['attention']}")
+    if report["control"]:
+        print("no attention: nothing to replace; this model is the control (its outputs cannot change)")
+    print("by source length (words): greedy BLEU, then per counterfactual attention: mean Jensen-Shannon")
+    print("divergence of P(y_t) (bits), share of steps whose argmax flips, BLEU decoded that way (change)")
+    for label, row in report["by_length"].items():
+        cells = [f"{label:>6} {row['sentences']:5d}  greedy {row['greedy']['bleu']:6.2f}"]
+        for kind in report["counterfactuals"]:
+            r = row[kind]
+            cells.append(
+                f"{kind} {r['js_divergence']:.3f} {100 * r['flipped_steps']:4.1f}% "
+                f"{r['bleu']:6.2f} ({r['bleu_change']:+.2f})"
+            )
+        print("  " + "  |  ".join(cells))
 
 
 def cmd_study(args: argparse.Namespace) -> None:
@@ -321,6 +356,16 @@ positive_int = int_range(1)
 nonnegative_int = int_range(0)
 
 
+def _kinds(text: str) -> str:
+    """An argparse type: comma-separated counterfactual kinds of faithfulness.py."""
+    from .faithfulness import COUNTERFACTUALS
+
+    wrong = [k for k in text.split(",") if k not in COUNTERFACTUALS]
+    if wrong:
+        raise argparse.ArgumentTypeError(f"got {wrong[0]!r}, expected some of {','.join(COUNTERFACTUALS)}")
+    return text
+
+
 def _add_model_flags(
     p: argparse.ArgumentParser, nargs: str | None = None, beam: bool = True, greedy: bool = False
 ) -> None:
@@ -467,6 +512,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     _add_synth(sub)  # lookback data synth
+
+    p = sub.add_parser(
+        "faithfulness", help="replace attention by counterfactual weights and measure what changes"
+    )
+    _add_model_flags(p, beam=False)
+    p.add_argument("--test", help="corpus spec, e.g. multi30k:test_2016_flickr (default: data.test)")
+    p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
+    p.add_argument("--limit", type=nonnegative_int, default=0, help="only the first N pairs (0: all)")
+    p.add_argument(
+        "--kinds", type=_kinds, help="comma-separated: uniform,permute,drop_max,other (default: all)"
+    )
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the permutations")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_faithfulness)
 
     p = sub.add_parser("study", help="train and compare models by source length (the bottleneck study)")
     p.add_argument("study", help="study YAML file (see configs/study/)")

@@ -28,6 +28,7 @@ D decoder state size, He encoder state size, L layers, V target vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -87,6 +88,7 @@ class Decoder(nn.Module):
         self.attention = cfg.attention
         self.normalizer = cfg.normalizer  # step (2): softmax, sparsemax or entmax15
         self.hard_attention = 0  # at inference, keep each step's k largest weights (Translator sets it)
+        self.intervention = None  # at inference, alpha, mask -> another alpha (faithfulness.py sets it)
         self.attend_from = cfg.attend_from
         self.input_feeding = cfg.input_feeding
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
@@ -159,13 +161,14 @@ class Decoder(nn.Module):
         q = s.reshape(B, Q, -1)  # (R, T, D) -> (B, Q, D)
         cov = None if coverage is None else coverage.view(B, Q, S)  # coverage steps: T = 1
         top_k = 0 if self.training else self.hard_attention
+        change = None if self.training else self.intervention
         if self.window is None:
             e = self._score(q, enc.keys, cov)  # (1) (B, Q, S); H heads: (B, H*Q, S)
-            c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k)  # (2), (3)
+            c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k, transform=change)  # (2), (3)
             e, alpha, c = self._merge_heads(e, alpha, c, B)  # (B, Q, S), (B, Q, S), (B, Q, He)
         else:
             steps = (step + torch.arange(T, device=s.device)).repeat(R // B).expand(B, Q)  # (B, Q)
-            e, alpha, c = self._attend_window(q, enc, steps, cov, top_k)
+            e, alpha, c = self._attend_window(q, enc, steps, cov, top_k, change)
         return e.view(R, T, S), alpha.view(R, T, S), c.view(R, T, -1)
 
     def _score(self, q: Tensor, keys: Tensor, cov: Tensor | None) -> Tensor:
@@ -181,7 +184,13 @@ class Decoder(nn.Module):
         return e, alpha, c
 
     def _attend_window(
-        self, q: Tensor, enc: EncoderOutput, steps: Tensor, cov: Tensor | None, top_k: int
+        self,
+        q: Tensor,
+        enc: EncoderOutput,
+        steps: Tensor,
+        cov: Tensor | None,
+        top_k: int,
+        change: Callable[[Tensor, Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Local attention (local.py): each of the B x Q queries (B, Q, D) scores only its window
         of W = 2D + 1 states, as a batch of its own; the weights come back as full rows (B, Q, S)."""
@@ -196,7 +205,7 @@ class Decoder(nn.Module):
         prior = self.window.prior(p, idx)  # (B, Q, W) log Gaussian, local_p
         prior = None if prior is None else prior.reshape(N, 1, W)
         e = self._score(q.reshape(N, 1, -1), keys, cov)  # (1) (N, 1, W); H heads: (N, H, W)
-        c, alpha = attend(e, h, inside.reshape(N, W), self.normalizer, top_k, prior)  # (2), (3)
+        c, alpha = attend(e, h, inside.reshape(N, W), self.normalizer, top_k, prior, change)  # (2), (3)
         e, alpha, c = self._merge_heads(e, alpha, c, N)  # (N, 1, W), (N, 1, W), (N, 1, He)
         e = local.scatter(e.float().view(B, Q, W), idx, inside, S, float("-inf"))  # (B, Q, S)
         alpha = local.scatter(alpha.view(B, Q, W), idx, inside, S, 0.0)  # (B, Q, S), 0 outside

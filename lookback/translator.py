@@ -142,13 +142,7 @@ class Translator:
         for module in self.model.modules():  # decode.hard_attention, as set now
             if isinstance(module, Decoder):
                 module.hard_attention = self.decode.hard_attention
-        ids = [self.src_tok.encode(s) for s in sentences]
-        eos = [EOS] if self.config and self.config.data.src_eos else []  # as the model was trained
-        room = self.max_src_len - len(eos)  # the source, </s> included, stays within max_src_len
-        cut = sum(len(x) > room for x in ids)
-        self._warn(cut, len(ids), f"over {self.max_src_len} tokens{' with </s>' if eos else ''}: cut")
-        ids = [x[:room] + eos if x else x for x in ids]
-        self._warn(sum(not x for x in ids), len(ids), "no source tokens: translated as empty")
+        ids = self.source_ids(sentences)
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
         order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
@@ -177,6 +171,18 @@ class Translator:
         empty_out = sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x)
         self._warn(empty_out, len(ids), "empty output")
         return results
+
+    def source_ids(self, sentences: list[str]) -> list[list[int]]:
+        """Each sentence as the model reads it: its pieces' ids, cut to max_src_len, with </s>
+        when the model was trained so; one warning line for the cut and the empty ones."""
+        ids = [self.src_tok.encode(s) for s in sentences]
+        eos = [EOS] if self.config and self.config.data.src_eos else []  # as the model was trained
+        room = self.max_src_len - len(eos)  # the source, </s> included, stays within max_src_len
+        cut = sum(len(x) > room for x in ids)
+        self._warn(cut, len(ids), f"over {self.max_src_len} tokens{' with </s>' if eos else ''}: cut")
+        ids = [x[:room] + eos if x else x for x in ids]
+        self._warn(sum(not x for x in ids), len(ids), "no source tokens: translated as empty")
+        return ids
 
     @staticmethod
     def _warn(n: int, total: int, what: str) -> None:
