@@ -2,7 +2,7 @@
 
     lookback train CONFIG [--set key=value ...] [--resume [--accept-changes]]
     lookback translate RUN_DIR [RUN_DIR ...] [--beam N] [--nbest K]   (stdin -> stdout; several: an ensemble)
-    lookback evaluate RUN_DIR [RUN_DIR ...] [--test SPEC] [--beam N]
+    lookback evaluate RUN_DIR [RUN_DIR ...] [--test SPEC] [--beam N] [--diagnostics]
     lookback average RUN_DIR [--last N]   (then --checkpoint averaged)
     lookback study STUDY.yaml [--evaluate-only]
     lookback faithfulness RUN_DIR [--test SPEC] [--limit N] [--json]   (counterfactual attention)
@@ -104,6 +104,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from .coverage import coverage_report
     from .data import read_parallel
+    from .diagnostics import diagnostics_by_length
     from .evaluate import bleu_by_length, score
 
     translator = _translator(args)
@@ -117,6 +118,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     hyps = [t.text for t in translations]
     scores = score(hyps, ref, data_cfg.tgt_lang)
     coverage = coverage_report([(t.attention, t.src_tokens, t.tokens) for t in translations])
+    diagnostics = diagnostics_by_length(src, translations) if args.diagnostics else None
     if args.output:
         Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
     if args.json:
@@ -128,6 +130,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                     **scores.to_dict(),
                     "by_length": bleu_by_length(src, hyps, ref),
                     "coverage": coverage,
+                    **({"diagnostics": diagnostics} if args.diagnostics else {}),
                 },
                 indent=2,
             )
@@ -139,8 +142,29 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print("by source length (words): sentences, BLEU, output/reference length")
     for label, b in bleu_by_length(src, hyps, ref).items():
         print(f"  {label:>6}  {b['sentences']:5d}  {b['bleu']:6.2f}  {b['length_ratio']:.3f}")
+    if args.diagnostics:
+        print(_diagnostics_table(diagnostics))
     for i in range(min(args.show, len(src))):
         print(f"  src: {src[i]}\n  ref: {ref[i]}\n  hyp: {hyps[i]}")
+
+
+def _diagnostics_table(by_length: dict[str, dict]) -> str:
+    """diagnostics.diagnostics_by_length as text, one line per source-length bucket."""
+    if not by_length:
+        return "attention diagnostics: no attention"
+    lines = [
+        "attention diagnostics by source length (words), in % unless said (diagnostics.py):",
+        "  bucket  sents  entropy  near-uniform  unattended  over-attended  parking (uniform)  backward",
+    ]
+    pct = lambda x: "     -" if x is None else f"{100 * x:6.1f}"  # noqa: E731
+    for label, d in by_length.items():
+        entropy = "     -" if d["entropy"] is None else f"{d['entropy']:6.3f}"
+        lines.append(
+            f"  {label:>6}  {d['sentences']:5d}   {entropy}        {pct(d['near_uniform'])}      "
+            f"{pct(d['unattended'])}         {pct(d['over_attended'])}   {pct(d['parking'])} "
+            f"({pct(d['parking_share'])})    {pct(d['backward'])}"
+        )
+    return "\n".join(lines)
 
 
 def _coverage_line(c: dict) -> str:
@@ -509,6 +533,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the translations to this file")
     p.add_argument("--show", type=nonnegative_int, default=3, help="print this many example translations")
     p.add_argument("--json", action="store_true", help="print scores as JSON, with BLEU by length")
+    p.add_argument(
+        "--diagnostics",
+        action="store_true",
+        help="also attention diagnostics by source length: entropy, unattended tokens, parking, backward",
+    )
     p.set_defaults(func=cmd_evaluate)
 
     _add_synth(sub)  # lookback data synth

@@ -13,18 +13,40 @@ first `train.probe` validation pairs, teacher-forced):
   language pairs with mostly monotone word order (En-Fr, En-De) it rises as
   the model learns to align. Uniform weights put about 3 / S there.
 
+Of a finished translation (`sentence_diagnostics`, by source length in
+`diagnostics_by_length`; `lookback evaluate --diagnostics`), over its T
+output steps and S source tokens (model pieces):
+
+- entropy and near_uniform: the mean normalised entropy above, and the share
+  of steps at or above NEAR_UNIFORM, where the weights say almost nothing;
+- unattended: the share of source tokens (the closing </s> left out) that no
+  step gives its largest weight; over_attended: the share whose total weight
+  sum_t alpha_{t,i} is above 1.5, as coverage.py counts over-translation;
+- parking: the mean weight per step on </s> and punctuation, the places a
+  model parks attention it has no use for, beside parking_share, the weight
+  uniform attention would put there;
+- backward: the share of steps whose argmax moves to an earlier source
+  token than the step before's (0 for a monotone alignment).
+
 Legend: B batch, S source length, T target length.
 """
 
 from __future__ import annotations
 
+import math
+import unicodedata
+
 import torch
 from torch import Tensor
 
 from .batch import collate
+from .evaluate import group_by_length
 from .guided import diagonal
 from .model import Seq2Seq
-from .tokenizer import PAD
+from .tokenizer import PAD, SPECIALS
+
+NEAR_UNIFORM = 0.9  # normalised entropy at or above which a step's weights count as near uniform
+OVER = 1.5  # total weight above which a source token counts as over-attended (as coverage.py)
 
 
 def attention_stats(alpha: Tensor, src_len: Tensor, tgt_out: Tensor) -> dict[str, float]:
@@ -56,3 +78,78 @@ def probe(model: Seq2Seq, pairs: list, device: torch.device) -> dict[str, float]
     batch = collate(pairs).to(device)
     out = model(batch.src, batch.src_len, batch.tgt_in)
     return attention_stats(out.alpha, batch.src_len, batch.tgt_out)
+
+
+def is_parking(piece: str) -> bool:
+    """Whether a source piece is </s> (or another special) or punctuation only, "▁," included."""
+    text = piece.lstrip("▁")
+    return piece in SPECIALS or (bool(text) and all(unicodedata.category(ch)[0] == "P" for ch in text))
+
+
+def sentence_diagnostics(alpha: Tensor, src_tokens: list[str]) -> dict[str, float | None]:
+    """The attention diagnostics of one translation from its weights alpha (T, S) over the pieces
+    `src_tokens`; a value is None when it has nothing to count (no steps, one source token)."""
+    alpha = alpha.float()
+    T, S = alpha.shape
+    content = [i for i, p in enumerate(src_tokens) if p != "</s>"]
+    parking = torch.tensor([is_parking(p) for p in src_tokens])
+    top = alpha.argmax(-1) if T else torch.zeros(0, dtype=torch.long)  # (T,)
+    entropy = (-(alpha * alpha.clamp_min(1e-12).log()).sum(-1) / math.log(S)) if S > 1 else None  # (T,)
+    mean = lambda x, n: float(x) / n if n else None  # noqa: E731
+    looked_at = set(top.tolist())  # the source tokens that some step gives its largest weight
+    return {
+        "steps": T,
+        "source_tokens": S,
+        "entropy": mean(entropy.sum(), T) if entropy is not None else None,
+        "near_uniform": mean((entropy >= NEAR_UNIFORM).sum(), T) if entropy is not None else None,
+        "unattended": mean(sum(i not in looked_at for i in content), len(content)) if T else None,
+        "over_attended": mean((alpha.sum(0)[content] > OVER).sum(), len(content)) if T else None,
+        "parking": mean(alpha[:, parking].sum(), T),
+        "parking_share": float(parking.float().mean()) if S else None,
+        "backward": mean((top[1:] < top[:-1]).sum(), T - 1),
+    }
+
+
+DIAGNOSTICS = (
+    "entropy",
+    "near_uniform",
+    "unattended",
+    "over_attended",
+    "parking",
+    "parking_share",
+    "backward",
+)
+
+
+def pooled(rows: list[dict]) -> dict[str, float | None]:
+    """Sentence diagnostics pooled over sentences, each value weighted by what it counts (steps,
+    source tokens or step pairs), as if all the steps were one long sentence."""
+    weight = {
+        "entropy": "steps",
+        "near_uniform": "steps",
+        "parking": "steps",
+        "unattended": "source_tokens",
+        "over_attended": "source_tokens",
+        "parking_share": "source_tokens",
+        "backward": "pairs",
+    }
+    out: dict[str, float | None] = {"sentences": len(rows)}
+    for key in DIAGNOSTICS:
+        pairs = [(r[key], r["steps"] - 1 if weight[key] == "pairs" else r[weight[key]]) for r in rows]
+        pairs = [(v, w) for v, w in pairs if v is not None and w > 0]
+        total = sum(w for _, w in pairs)
+        out[key] = sum(v * w for v, w in pairs) / total if total else None
+    return out
+
+
+def diagnostics_by_length(srcs: list[str], translations: list) -> dict[str, dict]:
+    """Pooled diagnostics of translations (lookback Translation objects) of sentences `srcs`:
+    'all' and then each source-length bucket; {} without attention."""
+    if not any(t.attention is not None for t in translations):
+        return {}
+    rows = [
+        sentence_diagnostics(t.attention, t.src_tokens) if t.attention is not None else None
+        for t in translations
+    ]
+    groups = {"all": list(range(len(srcs))), **group_by_length(srcs)}
+    return {label: pooled([rows[i] for i in idx if rows[i] is not None]) for label, idx in groups.items()}

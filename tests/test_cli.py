@@ -92,6 +92,19 @@ def test_evaluate_prints_bleu_with_signature_and_json(run, capsys):
     coverage = result["coverage"]  # signs of under- and over-translation (coverage.py)
     assert coverage["source_tokens"] > 20 and 0 <= coverage["under_covered"] <= 1
     assert 0 <= coverage["over_covered"] <= 1 and 0 <= coverage["repeated_bigrams"] <= 1
+    assert "diagnostics" not in result
+
+
+def test_evaluate_diagnostics_by_length(run, capsys):
+    run_dir, _ = run
+    assert main(["evaluate", str(run_dir), "--beam", "1", "--diagnostics"]) == 0
+    out = capsys.readouterr().out
+    assert "attention diagnostics by source length" in out and "     all     20" in out
+    assert main(["evaluate", str(run_dir), "--beam", "1", "--diagnostics", "--json"]) == 0
+    diagnostics = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert diagnostics["all"]["sentences"] == 20 and list(diagnostics)[1] == "1-10"
+    assert 0 <= diagnostics["all"]["entropy"] <= 1 and 0 <= diagnostics["all"]["parking"] <= 1
+    assert diagnostics["all"]["parking_share"] > 0  # every toy source ends with " ."
 
 
 def test_user_errors_are_one_line_with_exit_status_2(run, tmp_path, capsys):

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from lookback.diagnostics import attention_stats
+from lookback.diagnostics import attention_stats, is_parking, pooled, sentence_diagnostics
 from lookback.tokenizer import PAD
 
 from .helpers import train_tiny
@@ -53,3 +53,38 @@ def test_training_logs_how_attention_learns_to_look(tmp_path, attention):
     first, last = valid[0], valid[-1]
     # the toy lexicon translates word by word, in order: the weights sharpen onto the diagonal
     assert last["alpha_entropy"] < first["alpha_entropy"] and last["alpha_diagonal"] > first["alpha_diagonal"]
+
+
+def test_sentence_diagnostics_by_hand():
+    src = ["▁a", "▁dog", "▁,", "</s>"]  # S = 4: two words, a comma and the end
+    alpha = torch.tensor(
+        [
+            [0.25, 0.25, 0.25, 0.25],  # uniform: entropy 1; half its weight parked on "," and </s>
+            [0.0, 1.0, 0.0, 0.0],  # one-hot on "dog": entropy 0
+            [1.0, 0.0, 0.0, 0.0],  # back to "a": the argmax moves backward
+        ]
+    )
+    d = sentence_diagnostics(alpha, src)
+    assert d["entropy"] == pytest.approx(1 / 3) and d["near_uniform"] == pytest.approx(1 / 3)
+    # argmaxes 0 (first of the ties), 1, 0: "," is never the argmax (</s> does not count)
+    assert d["unattended"] == pytest.approx(1 / 3)
+    # totals a 1.25, dog 1.25, "," 0.25: none over 1.5
+    assert d["over_attended"] == 0.0
+    assert d["parking"] == pytest.approx(0.5 / 3) and d["parking_share"] == 0.5
+    assert d["backward"] == pytest.approx(1 / 2)  # 0 -> 1 forward, 1 -> 0 backward
+    piled = sentence_diagnostics(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), ["▁x", "▁y"])
+    assert piled["over_attended"] == 0.5 and piled["unattended"] == 0.5 and piled["backward"] == 0.0
+
+
+def test_parking_pieces_are_specials_and_punctuation():
+    assert [is_parking(p) for p in ["</s>", "▁.", ".", "▁,", "«", "▁dog", "▁", "▁l'"]] == [
+        True, True, True, True, True, False, False, False,
+    ]  # fmt: skip
+
+
+def test_pooled_diagnostics_weigh_each_sentence_by_what_it_counts():
+    short = sentence_diagnostics(torch.tensor([[1.0, 0.0]]), ["▁a", "▁b"])  # 1 step, entropy 0
+    long = sentence_diagnostics(torch.full((3, 2), 0.5), ["▁a", "▁b"])  # 3 steps, entropy 1
+    assert pooled([short, long])["entropy"] == pytest.approx(3 / 4)  # steps, not sentences
+    assert pooled([short, long])["sentences"] == 2
+    assert pooled([])["entropy"] is None
