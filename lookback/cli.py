@@ -6,6 +6,7 @@
     lookback average RUN_DIR [--last N]   (then --checkpoint averaged)
     lookback study STUDY.yaml [--evaluate-only]
     lookback faithfulness RUN_DIR [--test SPEC] [--limit N] [--json]   (counterfactual attention)
+    lookback align RUN_DIR --src FILE --tgt FILE [--gold FILE]   (Pharaoh links; AER)
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
@@ -210,6 +211,42 @@ def cmd_faithfulness(args: argparse.Namespace) -> None:
                 f"{r['bleu']:6.2f} ({r['bleu_change']:+.2f})"
             )
         print("  " + "  |  ".join(cells))
+
+
+def cmd_align(args: argparse.Namespace) -> None:
+    from .alignment import align, alignment_error, pharaoh, read_gold
+
+    srcs, tgts = (_read_lines(path) for path in (args.src, args.tgt))
+    if len(srcs) != len(tgts):
+        raise ValueError(f"{args.src} has {len(srcs)} lines but {args.tgt} has {len(tgts)}")
+    gold = None
+    if args.gold:
+        lines = _read_lines(args.gold)
+        if len(lines) != len(srcs):
+            raise ValueError(f"{args.gold} has {len(lines)} lines but {args.src} has {len(srcs)}")
+        gold = [read_gold(line, args.one_based, f"{args.gold} line {n}") for n, line in enumerate(lines, 1)]
+    predicted = align(_translator(args), srcs, tgts, args.method, args.threshold)
+    text = "".join(pharaoh(p) + "\n" for p in predicted)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if gold is not None:
+        r = alignment_error(predicted, [s for s, _ in gold], [p for _, p in gold])
+        pct = lambda x: "-" if x is None else f"{100 * x:.2f}"  # noqa: E731
+        print(
+            f"lookback align: AER {pct(r['aer'])}  precision {pct(r['precision'])}  recall {pct(r['recall'])}"
+            f"  ({r['links']} links, {r['sure']} sure gold links, {r['sentences']} sentences, {args.method})",
+            file=sys.stderr if not args.output else sys.stdout,
+        )
+
+
+def _read_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 text file; a missing or undecodable file is a one-line error."""
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def cmd_study(args: argparse.Namespace) -> None:
@@ -541,6 +578,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     _add_synth(sub)  # lookback data synth
+
+    p = sub.add_parser("align", help="word alignments from attention along given translations; AER")
+    _add_model_flags(p, beam=False)
+    p.add_argument("--src", required=True, help="source sentences, one per line (words split on spaces)")
+    p.add_argument("--tgt", required=True, help="their translations, one per line (words split on spaces)")
+    p.add_argument("--gold", help="gold links per line: i-j sure, ipj or i?j possible; prints AER")
+    p.add_argument("--one-based", action="store_true", help="the gold links count words from 1")
+    p.add_argument(
+        "--method", default="argmax", choices=("argmax", "threshold"), help="one link per target word, or all"
+    )
+    p.add_argument(
+        "--threshold",
+        type=float_at_least(0.0, open_=True),
+        default=0.5,
+        help="with --method threshold: link every word pair whose weight is at least this",
+    )
+    p.add_argument("--output", help="write the links here (default: stdout); scores then go to stdout")
+    p.set_defaults(func=cmd_align)
 
     p = sub.add_parser(
         "faithfulness", help="replace attention by counterfactual weights and measure what changes"
