@@ -255,3 +255,33 @@ def align(
                 )
         out.append(links(merge_groups(alpha, src_groups, tgt_groups), method, threshold))
     return out
+
+
+def eflomal_links(
+    srcs: list[str], tgts: list[str], train_srcs: list[str] = (), train_tgts: list[str] = ()
+) -> list[set[tuple[int, int]]]:
+    """Word links of a statistical aligner for the pairs srcs / tgts (words split on spaces):
+    eflomal (Östling & Tiedemann 2016, `pip install eflomal`), an unsupervised IBM-style model
+    learned on these pairs together with a training corpus, lowercased. Its forward links give
+    each target word at most one source word, as argmax attention does. Its Gibbs samplers
+    seed themselves from the system, so two runs differ slightly."""
+    import logging
+    import tempfile
+
+    try:
+        import eflomal
+    except ImportError:
+        raise ValueError("the statistical aligner needs eflomal: pip install 'lookback[align]'") from None
+    if len(srcs) != len(tgts) or len(train_srcs) != len(train_tgts):
+        raise ValueError("eflomal needs as many target lines as source lines")
+    lines = lambda xs: [" ".join(x.lower().split()) + "\n" for x in xs]  # noqa: E731
+    logging.getLogger("eflomal").setLevel(logging.WARNING)
+    with tempfile.NamedTemporaryFile("r", suffix=".fwd", encoding="utf-8") as fwd:
+        aligner = eflomal.Aligner()
+        aligner.align(
+            lines([*train_srcs, *srcs]), lines([*train_tgts, *tgts]), links_filename_fwd=fwd.name, quiet=True
+        )
+        found = Path(fwd.name).read_text(encoding="utf-8").splitlines()[len(train_srcs) :]
+    return [
+        {(int(i), int(j)) for i, _, j in (link.partition("-") for link in line.split())} for line in found
+    ]

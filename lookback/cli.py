@@ -6,7 +6,7 @@
     lookback average RUN_DIR [--last N]   (then --checkpoint averaged)
     lookback study STUDY.yaml [--evaluate-only]
     lookback faithfulness RUN_DIR [--test SPEC] [--limit N] [--json]   (counterfactual attention)
-    lookback align RUN_DIR --src FILE --tgt FILE [--gold FILE]   (Pharaoh links; AER)
+    lookback align RUN_DIR --src FILE --tgt FILE [--gold FILE] [--eflomal TRAIN_SPEC]   (Pharaoh; AER)
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
@@ -214,7 +214,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> None:
 
 
 def cmd_align(args: argparse.Namespace) -> None:
-    from .alignment import align, alignment_error, pharaoh, read_gold
+    from .alignment import align, alignment_error, eflomal_links, pharaoh, read_gold
 
     srcs, tgts = (_read_lines(path) for path in (args.src, args.tgt))
     if len(srcs) != len(tgts):
@@ -225,19 +225,34 @@ def cmd_align(args: argparse.Namespace) -> None:
         if len(lines) != len(srcs):
             raise ValueError(f"{args.gold} has {len(lines)} lines but {args.src} has {len(srcs)}")
         gold = [read_gold(line, args.one_based, f"{args.gold} line {n}") for n, line in enumerate(lines, 1)]
-    predicted = align(_translator(args), srcs, tgts, args.method, args.threshold)
+    translator = _translator(args)
+    predicted = align(translator, srcs, tgts, args.method, args.threshold)
     text = "".join(pharaoh(p) + "\n" for p in predicted)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    report = sys.stderr if not args.output else sys.stdout  # the links alone on stdout
+    pct = lambda x: "-" if x is None else f"{100 * x:.2f}"  # noqa: E731
     if gold is not None:
         r = alignment_error(predicted, [s for s, _ in gold], [p for _, p in gold])
-        pct = lambda x: "-" if x is None else f"{100 * x:.2f}"  # noqa: E731
         print(
             f"lookback align: AER {pct(r['aer'])}  precision {pct(r['precision'])}  recall {pct(r['recall'])}"
             f"  ({r['links']} links, {r['sure']} sure gold links, {r['sentences']} sentences, {args.method})",
-            file=sys.stderr if not args.output else sys.stdout,
+            file=report,
+        )
+    if args.eflomal:
+        from .data import read_parallel
+
+        data = translator.config.data
+        train = read_parallel(args.eflomal, data.src_lang, data.tgt_lang, data.multi30k_dir)
+        theirs = eflomal_links(srcs, tgts, *train)
+        r = alignment_error(predicted, theirs, theirs)
+        print(
+            f"lookback align: agreement with eflomal's forward links (learned on {args.eflomal} and these "
+            f"{len(srcs)} pairs; an aligner, not gold): {pct(r['precision'])}% of attention's links are "
+            f"eflomal's, {pct(r['recall'])}% of eflomal's are attention's, 1 - AER {pct(1 - r['aer'])}",
+            file=report,
         )
 
 
@@ -593,6 +608,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float_at_least(0.0, open_=True),
         default=0.5,
         help="with --method threshold: link every word pair whose weight is at least this",
+    )
+    p.add_argument(
+        "--eflomal",
+        metavar="TRAIN_SPEC",
+        help="also learn a statistical aligner (eflomal) on this corpus spec plus the given pairs, "
+        "and print attention's agreement with it",
     )
     p.add_argument("--output", help="write the links here (default: stdout); scores then go to stdout")
     p.set_defaults(func=cmd_align)

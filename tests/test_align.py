@@ -102,3 +102,20 @@ def test_align_command_writes_pharaoh_and_scores(run, tmp_path, capsys):
     (tmp_path / "bad.txt").write_text("0-0\n0=1\n", encoding="utf-8")
     assert main(["align", str(run), *files, "--gold", str(tmp_path / "bad.txt")]) == 2
     assert "bad.txt line 2: '0=1' is not a link" in capsys.readouterr().err
+
+
+def test_eflomal_learns_the_toy_lexicon_and_align_reports_agreement(run, tmp_path, capsys):
+    from lookback.alignment import eflomal_links
+
+    train, test = toy_pairs(300, seed=1), toy_pairs(20, seed=12)
+    srcs, tgts = [e for e, _ in test], [f for _, f in test]
+    theirs = eflomal_links(srcs, tgts, [e for e, _ in train], [f for _, f in train])
+    diagonal = [{(i, i) for i in range(len(e.split()))} for e in srcs]
+    assert alignment_error(theirs, diagonal, diagonal)["aer"] < 0.1  # word by word, in order
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s in srcs), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(t + "\n" for t in tgts), encoding="utf-8")
+    data = run.parent / "data" / "train"  # train_tiny's training corpus
+    files = ["--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt")]
+    assert main(["align", str(run), *files, "--eflomal", str(data)]) == 0
+    err = capsys.readouterr().err
+    assert "agreement with eflomal's forward links" in err and "an aligner, not gold" in err
