@@ -57,13 +57,15 @@ def attribute(
     out_ids: list[int],
     method: str = "integrated_gradients",
     n_steps: int = 32,
+    end: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Per output token (</s> left out) and source token, the attribution of log P(y_t) to the
-    source embedding: (T, S). With integrated gradients also the completeness gap of each row,
-    (T,): sum_i a_{t,i} - (log P(y_t)(x) - log P(y_t)(0)); None for gradient x input."""
+    """Per output token and source token, the attribution of log P(y_t) to the source embedding:
+    (T, S), or with `end` (T + 1, S), the closing </s> too. With integrated gradients also the
+    completeness gap of each row: sum_i a_{t,i} - (log P(y_t)(x) - log P(y_t)(0)); None for
+    gradient x input."""
     if method not in METHODS:
         raise ValueError(f"unknown attribution method {method!r} (choose from {', '.join(METHODS)})")
-    T, S = len(out_ids), len(src_ids)
+    T, S = len(out_ids) + end, len(src_ids)
     if T == 0 or S == 0:
         return torch.zeros(T, S), (torch.zeros(T) if method == "integrated_gradients" else None)
     device = next(model.parameters()).device

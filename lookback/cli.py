@@ -8,6 +8,7 @@
     lookback faithfulness RUN_DIR [--test SPEC] [--limit N] [--json]   (counterfactual attention)
     lookback align RUN_DIR --src FILE --tgt FILE [--gold FILE] [--eflomal TRAIN_SPEC]   (Pharaoh; AER)
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
+    lookback takeoff RUN_DIR [RUN_DIR ...] -o takeoff.png   (attention statistics beside BLEU)
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
     lookback serve RUN_DIR [RUN_DIR ...] [--port 8000]
@@ -262,6 +263,17 @@ def _read_lines(path: str) -> list[str]:
         return Path(path).read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def cmd_takeoff(args: argparse.Namespace) -> None:
+    from .diagnostics import plot_takeoff
+    from .serve import parse_run_dirs
+
+    runs = parse_run_dirs(args.run_dirs)
+    drawn = plot_takeoff({name: str(d) for name, d in runs.items()}, args.output)
+    missing = [name for name in runs if name not in drawn]
+    note = f"; no attention statistics in {', '.join(missing)}" if missing else ""
+    print(f"wrote {args.output}{note}")
 
 
 def cmd_study(args: argparse.Namespace) -> None:
@@ -646,6 +658,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--words", action="store_true", help="merge subword pieces into words")
     _add_hypothesis(p)
     p.set_defaults(func=cmd_attention)
+
+    p = sub.add_parser("takeoff", help="plot when attention starts to look at the source, beside BLEU")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (NAME=DIR names one)")
+    p.add_argument("-o", "--output", required=True, help="image file: .png, .svg or .pdf")
+    p.set_defaults(func=cmd_takeoff)
 
     p = sub.add_parser("explain", help="trace a translation step by step (or --lecture: the notes' examples)")
     _add_model_flags(p, nargs="?", greedy=True)

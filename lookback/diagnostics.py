@@ -153,3 +153,62 @@ def diagnostics_by_length(srcs: list[str], translations: list) -> dict[str, dict
     ]
     groups = {"all": list(range(len(srcs))), **group_by_length(srcs)}
     return {label: pooled([rows[i] for i in idx if rows[i] is not None]) for label, idx in groups.items()}
+
+
+def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> list[str]:
+    """When each model starts to look at the source: validation BLEU (top), and the entropy and
+    diagonal weight of its attention logged at every validation (bottom), against updates, from
+    each run directory's metrics.jsonl. Saved by `path`'s suffix (PNG, SVG, PDF); returns the
+    names of the runs that had attention statistics."""
+    import json
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True)
+    drawn = []
+    for i, (name, run_dir) in enumerate(runs.items()):
+        metrics = Path(run_dir) / "metrics.jsonl"
+        try:
+            records = [json.loads(x) for x in metrics.read_text(encoding="utf-8").splitlines() if x.strip()]
+        except FileNotFoundError:
+            raise ValueError(f"{metrics}: no such file (is {run_dir} a run directory?)") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{metrics}: line {exc.lineno} is not JSON") from None
+        valid = [r for r in records if r.get("kind") == "valid"]
+        colour = f"C{i % 10}"
+        top.plot([r["step"] for r in valid], [r["bleu"] for r in valid], marker="o", color=colour, label=name)
+        stats = [r for r in valid if "alpha_entropy" in r]
+        if stats:
+            drawn.append(name)
+            steps = [r["step"] for r in stats]
+            bottom.plot(
+                steps, [r["alpha_entropy"] for r in stats], marker="o", color=colour, label=f"{name}: entropy"
+            )
+            bottom.plot(
+                steps,
+                [r["alpha_diagonal"] for r in stats],
+                marker="s",
+                ls="--",
+                color=colour,
+                label=f"{name}: diagonal",
+            )
+    top.set_ylabel("validation BLEU, greedy")
+    bottom.set_ylabel("attention (teacher-forced probe)")
+    bottom.set_xlabel("updates")
+    bottom.set_ylim(0, 1.05)
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(title or "Take-off: when attention starts to look at the source")
+    fig.text(
+        0.5, 0.005, "entropy 1 = uniform weights; diagonal = weight within one token of the diagonal",
+        ha="center", fontsize=8, color="gray",
+    )  # fmt: skip
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn

@@ -8,6 +8,9 @@ For every output token y_t a trace shows
 
 and the model's five most probable next tokens P(y_t | y_<t, x). Without
 attention there are no scores: the trace shows that c is the same at every step.
+Beside alpha_t, `gradients` adds what the output token owes each source
+token by integrated gradients (attribution.py), their agreement with the
+weights, and the attention diagnostics of the sentence (diagnostics.py).
 
 The numbers are the model's own: `trace` replays the chosen hypothesis
 through `Decoder.forward` with teacher forcing, once, and reads every
@@ -24,7 +27,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .attention import DotScore, GeneralScore, attend
+from .attribution import agreement, attribute
 from .config import search_width
+from .diagnostics import sentence_diagnostics
 from .tokenizer import BOS, EOS
 
 
@@ -41,6 +46,7 @@ class Step:
     context_size: int  # numbers in c_t
     context_norm: float  # |c_t|
     context_change: float | None  # |c_t - c_{t-1}|; None at the first step
+    gradient: list[float] | None = None  # integrated gradients of log P(token) per source piece
 
 
 @dataclass
@@ -56,14 +62,19 @@ class Trace:
     hypothesis: int  # 0 is the best
     score: float
     steps: list[Step]
+    agreement: dict | None = None  # attention vs gradients over the steps (attribution.agreement)
+    diagnostics: dict | None = None  # the sentence's attention diagnostics (diagnostics.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 @torch.no_grad()
-def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: int = 5) -> Trace:
-    """Translate `sentence` and replay hypothesis number `hypothesis` (0: the best) step by step."""
+def trace(
+    translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: int = 5, gradients: bool = True
+) -> Trace:
+    """Translate `sentence` and replay hypothesis number `hypothesis` (0: the best) step by step;
+    with `gradients`, also each step's integrated gradients over the source."""
     if not sentence.strip():
         raise ValueError("nothing to explain: the sentence is empty")
     if hypothesis < 0:
@@ -83,6 +94,7 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
     out = dec(y_prev, enc, dec.init_state(enc))  # every step's s, e, alpha, c and logits
     p = torch.softmax(out.logits[0].float(), dim=-1)  # (T, V)
     c = out.c[0].float()  # (T, He)
+    grads = attribute(model, hyp.src_ids, hyp.ids, n_steps=20, end=True)[0] if gradients else None
     steps: list[Step] = []
     for t, target in enumerate(targets):
         best_p, best_ids = p[t].topk(min(top_k, p.size(-1)))
@@ -106,8 +118,10 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
                 context_size=c.size(-1),
                 context_norm=float(c[t].norm()),
                 context_change=None if t == 0 else float((c[t] - c[t - 1]).norm()),
+                gradient=None if grads is None else grads[t].tolist(),
             )
         )
+    alpha = None if out.alpha is None else out.alpha[0].float().cpu()  # (T + 1, S), </s> included
     return Trace(
         source=sentence,
         src_tokens=hyp.src_tokens,
@@ -120,6 +134,8 @@ def trace(translator, sentence: str, beam: int = 1, hypothesis: int = 0, top_k: 
         hypothesis=hypothesis,
         score=hyp.score,
         steps=steps,
+        agreement=None if alpha is None or grads is None else agreement(alpha, grads),
+        diagnostics=None if alpha is None else sentence_diagnostics(alpha[:-1], hyp.src_tokens),
     )
 
 
@@ -154,23 +170,55 @@ def format_trace(tr: Trace, only_step: int | None = None) -> str:
         if only_step is not None and st.index != only_step:
             continue
         lines += ["", f"step {st.index}: {st.token}   P = {st.prob:.3f}"]
+        grad = st.gradient or [None] * len(tr.src_tokens)
+        shown = "gradient" if st.gradient else ""
         if st.weights is not None:
-            lines.append(f"  {'source':<{width}} {'(1) score':>10} {'(2) weight':>11}")
-            for tok, e, a in zip(tr.src_tokens, st.scores, st.weights, strict=True):
+            lines.append(f"  {'source':<{width}} {'(1) score':>10} {'(2) weight':>11} {shown:>9}")
+            for tok, e, a, g in zip(tr.src_tokens, st.scores, st.weights, grad, strict=True):
                 score = "not scored" if e is None else f"{e:.3f}"  # outside a local window
                 weight = "0 exactly" if a == 0 else f"{a:.3f}"  # sparse, local and hard attention
-                lines.append(f"  {tok:<{width}} {score:>10} {weight:>11}  {_bar(a)}")
+                g = "" if g is None else f"{g:+.3f}"
+                lines.append(f"  {tok:<{width}} {score:>10} {weight:>11} {g:>9}  {_bar(a)}")
             lines.append(f"  {'':<{width}} {'sum':>10} {sum(st.weights):>11.3f}")
             lines.append(f"  most attended: {st.focus} ({max(st.weights):.3f})")
             name = "(3) c_t"
         else:
+            if st.gradient:
+                lines.append(f"  {'source':<{width}} {'gradient':>9}")
+                lines += [f"  {tok:<{width}} {g:>+9.3f}" for tok, g in zip(tr.src_tokens, grad, strict=True)]
             name = "c (no attention)"
         moved = "" if st.context_change is None else f", moved {st.context_change:.3f} since the last step"
         lines.append(f"  {name}: {st.context_size} numbers, |c| = {st.context_norm:.3f}{moved}")
         lines.append("  next: " + " · ".join(f"{tok} {q:.3f}" for tok, q in st.top))
     if only_step is not None and not any(st.index == only_step for st in tr.steps):
         raise ValueError(f"there is no step {only_step}: the output has {len(tr.steps)} steps")
+    if any(st.gradient for st in tr.steps):
+        lines += [
+            "",
+            "gradient: integrated gradients of log P(token) to each source embedding (attribution.py)",
+        ]
+    if tr.agreement and tr.agreement["tokens"]:
+        tau = tr.agreement["kendall_tau"]
+        lines.append(
+            f"attention vs gradients over the {tr.agreement['tokens']} steps: Kendall tau "
+            f"{'-' if tau is None else f'{tau:.2f}'} (of alpha and |gradient|), same top source token "
+            f"at {100 * tr.agreement['same_top']:.0f}% of steps"
+        )
+    if tr.diagnostics:
+        lines.append(_diagnostics_line(tr.diagnostics))
     return "\n".join(lines)
+
+
+def _diagnostics_line(d: dict) -> str:
+    """A sentence's attention diagnostics (diagnostics.sentence_diagnostics) in one line."""
+    pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    entropy = "-" if d["entropy"] is None else f"{d['entropy']:.2f}"
+    return (
+        f"attention diagnostics: entropy {entropy} (1 = uniform), {pct(d['near_uniform'])} of steps near "
+        f"uniform, {pct(d['unattended'])} of source tokens never the focus, {pct(d['over_attended'])} "
+        f"over-attended, {pct(d['parking'])} of the weight on </s> and punctuation "
+        f"({pct(d['parking_share'])} if uniform), {pct(d['backward'])} of moves backward"
+    )
 
 
 # The notes' worked examples, run through the models' own attention code.

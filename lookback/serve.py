@@ -111,6 +111,9 @@ class StepOut(BaseModel):  # mirrors explain.Step
     context_size: int
     context_norm: float
     context_change: float | None
+    gradient: list[float] | None = Field(
+        None, description="integrated gradients of log P(token) per source piece (attribution.py)"
+    )
 
 
 class TraceOut(BaseModel):  # mirrors explain.Trace
@@ -125,6 +128,12 @@ class TraceOut(BaseModel):  # mirrors explain.Trace
     hypothesis: int
     score: float
     steps: list[StepOut] = Field(description="one per output token, then </s>")
+    agreement: dict[str, float | int | None] | None = Field(
+        None, description="attention vs gradients: kendall_tau, same_top, tokens; null without attention"
+    )
+    diagnostics: dict[str, float | int | None] | None = Field(
+        None, description="the sentence's attention diagnostics (diagnostics.py); null without attention"
+    )
 
 
 # Loading the models.

@@ -155,10 +155,16 @@ def test_the_page_translates_highlights_and_traces(chromium, server, tmp_path):
             expect(col.locator(".trace-table tbody tr")).to_have_count(len(attn["src_tokens"]))
             expect(col.locator(".trace .top li")).to_have_count(5)
             expect(step).to_contain_text("most attended:", use_inner_text=True)
+            # beside the weights, each source token's gradient attribution, and the sentence's notes
+            expect(col.locator(".trace-table .grad-bar")).to_have_count(len(attn["src_tokens"]))
+            expect(step.locator(".agreement")).to_contain_text("attention vs gradients over the")
+            expect(step.locator(".diagnostics")).to_contain_text("of the weight on </s> and punctuation")
 
             # Without attention a token still gives its trace, whose context never changes.
             plain.locator('button.tok[data-row="0"]').click()
             expect(plain.locator(".trace .step")).to_contain_text("no attention", use_inner_text=True)
+            expect(plain.locator(".trace .grad-bar")).to_have_count(len(attn["src_tokens"]))  # same source
+            expect(plain.locator(".trace .agreement")).to_have_count(0)
 
             # An error of the API shows in the page.
             page.fill("#text", "   ")

@@ -88,3 +88,26 @@ def test_pooled_diagnostics_weigh_each_sentence_by_what_it_counts():
     assert pooled([short, long])["entropy"] == pytest.approx(3 / 4)  # steps, not sentences
     assert pooled([short, long])["sentences"] == 2
     assert pooled([])["entropy"] is None
+
+
+def test_takeoff_plot_from_run_directories(tmp_path, capsys):
+    from lookback.cli import main
+
+    def run(name: str, stats: bool) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        rows = [{"kind": "train", "step": 10, "loss": 3.0}]
+        for step, bleu in ((100, 1.0), (200, 20.0)):
+            extra = {"alpha_entropy": 0.9 - step / 1000, "alpha_diagonal": step / 1000} if stats else {}
+            rows.append({"kind": "valid", "step": step, "bleu": bleu, **extra})
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        return str(folder)
+
+    attends, plain = run("attends", True), run("plain", False)
+    assert main(["takeoff", attends, f"fixed={plain}", "-o", str(tmp_path / "t.png")]) == 0
+    assert (tmp_path / "t.png").stat().st_size > 10_000
+    assert "no attention statistics in fixed" in capsys.readouterr().out
+    (tmp_path / "plain" / "metrics.jsonl").write_text("{not json\n", encoding="utf-8")
+    assert main(["takeoff", plain, "-o", str(tmp_path / "u.svg")]) == 2
+    assert "metrics.jsonl: line 1 is not JSON" in capsys.readouterr().err
+    assert main(["takeoff", str(tmp_path / "nowhere"), "-o", str(tmp_path / "u.svg")]) == 2

@@ -126,6 +126,30 @@ def test_format_trace_shows_the_three_steps():
         assert f"\n  {tok} " in text
 
 
+def test_trace_sets_gradients_beside_attention():
+    from lookback.attribution import agreement, attribute
+    from lookback.diagnostics import sentence_diagnostics
+
+    t = toy_translator(attention="additive", seed=2)
+    tr = trace(t, SENTENCE)
+    out = t.translate([SENTENCE], beam=1)[0]
+    grads = torch.tensor([st.gradient for st in tr.steps])  # (T + 1, S): </s> included
+    assert grads.shape == (len(out.tokens) + 1, len(tr.src_tokens))
+    want, _ = attribute(t.model, out.src_ids, out.ids, n_steps=20, end=True)
+    assert torch.allclose(grads, want, atol=1e-5)
+    weights = torch.tensor([st.weights for st in tr.steps])
+    assert tr.agreement == agreement(weights, grads)
+    assert tr.diagnostics == sentence_diagnostics(weights[:-1], tr.src_tokens)
+    text = format_trace(tr)
+    assert "gradient" in text and "attention vs gradients over the" in text
+    assert "attention diagnostics:" in text
+    bare = trace(t, SENTENCE, gradients=False)
+    assert all(st.gradient is None for st in bare.steps) and bare.agreement is None
+    none = trace(toy_translator(attention="none"), SENTENCE)  # no attention: gradients alone
+    assert none.agreement is None and none.diagnostics is None and none.steps[0].gradient is not None
+    assert "gradient" in format_trace(none)
+
+
 def test_trace_json_is_plain_data():
     import json
 

@@ -79,6 +79,9 @@ def test_explain_has_one_step_per_token_and_the_end(client):
         assert abs(sum(step["weights"]) - 1) < 1e-5
         assert step["weights"] == pytest.approx(row, abs=1e-5)  # the trace replays the same matrix
         assert len(step["top"]) == 5 and step["context_size"] == 48  # bidirectional: 2 x 24
+    assert all(len(s["gradient"]) == len(tr["src_tokens"]) for s in tr["steps"])  # </s> included
+    assert tr["agreement"]["tokens"] == len(tr["steps"]) and -1 <= tr["agreement"]["kendall_tau"] <= 1
+    assert 0 <= tr["diagnostics"]["entropy"] <= 1 and tr["diagnostics"]["steps"] == len(tr["tokens"])
 
 
 def test_explain_without_attention_has_a_fixed_context(client):
@@ -86,6 +89,8 @@ def test_explain_without_attention_has_a_fixed_context(client):
     assert tr["attention"] == "none" and tr["beam"] == 2
     assert all(s["weights"] is None and s["scores"] is None for s in tr["steps"])
     assert all(s["context_change"] < 1e-6 for s in tr["steps"][1:])
+    assert tr["agreement"] is None and tr["diagnostics"] is None  # no weights to compare
+    assert all(len(s["gradient"]) == len(tr["src_tokens"]) for s in tr["steps"])  # gradients all the same
 
 
 def test_a_value_error_of_the_trace_is_a_422_with_its_reason(client):

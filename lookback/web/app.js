@@ -244,16 +244,23 @@ function renderStep(trace, step) {
   const out = el("div", { class: "step", "data-step": step.index });
   out.append(el("h3", { text: `step ${step.index}: “${step.token}”, P = ${fmt(step.prob, 3)}` }));
   const moved = step.context_change === null ? "" : `, moved ${fmt(step.context_change, 3)} since the last step`;
+  // Gradient bars are |a_i| over the step's largest |a|, beside the weights: where the output token
+  // looked, and what it depended on.
+  const grad = step.gradient;
+  const gradMax = grad ? Math.max(...grad.map(Math.abs), 1e-12) : 1;
+  const gradCells = (i) => grad ? [el("td", { class: "num grad", text: fmt(grad[i], 3) }),
+    el("td", { class: "bar-col" }, gradBar(grad[i], gradMax))] : [];
+  const gradHead = grad ? [el("th", { text: "gradient × input (IG)" }), el("th", { class: "bar-col" })] : [];
   if (step.weights) {
     const table = el("table", { class: "trace-table" },
       el("thead", {}, el("tr", {}, el("th", { text: "source" }), el("th", { text: "(1) score e" }),
-        el("th", { text: "(2) weight α" }), el("th", { class: "bar-col" }))));
+        el("th", { text: "(2) weight α" }), el("th", { class: "bar-col" }), ...gradHead)));
     const body = el("tbody");
     trace.src_tokens.forEach((tok, i) => {
       const bar = el("div", { class: "bar" });
       bar.style.width = `${100 * step.weights[i]}%`;
       body.append(el("tr", {}, el("td", { text: tok }), el("td", { class: "num", text: step.scores[i] === null ? "not scored" : fmt(step.scores[i], 3) }),
-        el("td", { class: "num", text: weightText(step.weights[i]) }), el("td", { class: "bar-col" }, bar)));
+        el("td", { class: "num", text: weightText(step.weights[i]) }), el("td", { class: "bar-col" }, bar), ...gradCells(i)));
     });
     table.append(body);
     out.append(table,
@@ -261,11 +268,42 @@ function renderStep(trace, step) {
       el("p", { class: "context", text: `(3) context c_t: ${step.context_size} numbers, |c| = ${fmt(step.context_norm, 3)}${moved}` }));
   } else {
     out.append(el("p", { class: "context", text: `${NO_ATTENTION}. c: ${step.context_size} numbers, |c| = ${fmt(step.context_norm, 3)}${moved}` }));
+    if (grad) {
+      const table = el("table", { class: "trace-table" }, el("thead", {}, el("tr", {}, el("th", { text: "source" }), ...gradHead)));
+      const body = el("tbody");
+      trace.src_tokens.forEach((tok, i) => body.append(el("tr", {}, el("td", { text: tok }), ...gradCells(i))));
+      table.append(body);
+      out.append(table);
+    }
   }
+  out.append(...sentenceNotes(trace));
   const top = el("ol", { class: "top" });
   for (const [tok, p] of step.top) top.append(el("li", {}, el("span", { text: tok }), el("span", { class: "num", text: fmt(p, 3) })));
   out.append(el("p", { class: "muted", text: "most probable next tokens:" }), top);
   return out;
+}
+
+function gradBar(a, max) {
+  const bar = el("div", { class: a < 0 ? "bar grad-bar neg" : "bar grad-bar" });
+  bar.style.width = `${100 * Math.abs(a) / max}%`;
+  return bar;
+}
+
+// The whole sentence: attention against gradients, and its attention diagnostics.
+function sentenceNotes(trace) {
+  const notes = [];
+  const pct = (x) => (x === null || x === undefined ? "–" : `${Math.round(100 * x)}%`);
+  const a = trace.agreement;
+  if (a && a.tokens) {
+    const tau = a.kendall_tau === null ? "–" : fmt(a.kendall_tau, 2);
+    notes.push(el("p", { class: "agreement", text: `attention vs gradients over the ${a.tokens} steps: Kendall τ ${tau}, same top source token at ${pct(a.same_top)} of steps` }));
+  }
+  const d = trace.diagnostics;
+  if (d) {
+    const entropy = d.entropy === null ? "–" : fmt(d.entropy, 2);
+    notes.push(el("p", { class: "diagnostics", text: `diagnostics: entropy ${entropy} (1 = uniform), ${pct(d.near_uniform)} of steps near uniform, ${pct(d.unattended)} of source tokens never the focus, ${pct(d.parking)} of the weight on </s> and punctuation (${pct(d.parking_share)} if uniform), ${pct(d.backward)} of moves backward` }));
+  }
+  return notes;
 }
 
 // Start: fill the beam selector, list the models, translate on submit (Enter too).
