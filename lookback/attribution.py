@@ -34,17 +34,15 @@ METHODS = ("grad_x_input", "integrated_gradients")
 def _log_prob(model: Seq2Seq, src_ids: Tensor, tgt_in: Tensor, tgt_out: Tensor):
     """The function captum differentiates: source embeddings x (N, S, E) of the one sentence
     src_ids (1, S), and the output step t (N,) each row attributes -> log P(y_t) (N,). The
-    embeddings are swapped in for the encoder's own (a forward hook), so the padding mask and
-    everything else still come from the real source."""
+    padding mask and everything else still come from the real source."""
 
     def forward(x: Tensor, t: Tensor) -> Tensor:
         N = x.size(0)
-        swap = model.encoder.embed.register_forward_hook(lambda module, args, out: x.to(out.dtype))
-        try:
-            src = src_ids.expand(N, -1)
-            logits = model(src, torch.full((N,), src.size(1)), tgt_in.expand(N, -1)).logits  # (N, T + 1, V)
-        finally:
-            swap.remove()
+        src = src_ids.expand(N, -1)
+        enc = model.decoder.prepare(model.encoder(src, torch.full((N,), src.size(1)), x))
+        logits = model.decoder(
+            tgt_in.expand(N, -1), enc, model.decoder.init_state(enc)
+        ).logits  # (N, T + 1, V)
         logp = F.log_softmax(logits.float(), -1)
         return logp[torch.arange(N), t, tgt_out[t]]  # (N,)
 

@@ -57,11 +57,13 @@ class Encoder(nn.Module):
         self.directions = 2 if cfg.bidirectional else 1
         self.out_size = cfg.enc_out_size
 
-    def forward(self, src: Tensor, src_len: Tensor) -> EncoderOutput:
-        """Read a padded batch src (B, S) whose true lengths are src_len (B,)."""
+    def forward(self, src: Tensor, src_len: Tensor, x: Tensor | None = None) -> EncoderOutput:
+        """Read a padded batch src (B, S) whose true lengths are src_len (B,). `x` (B, S, E), when
+        given, stands in for the embeddings of src (attribution.py differentiates through it)."""
         B, S = src.shape
         src_mask = src != PAD
-        x = self.dropout(drop_words(self.embed(src), self.word_dropout, self.training))  # (B, S) -> (B, S, E)
+        x = self.embed(src) if x is None else x  # (B, S) -> (B, S, E)
+        x = self.dropout(drop_words(x, self.word_dropout, self.training))
         # Packing makes each direction start and stop at the sentence's real ends.
         packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
         out, last = self.rnn(packed)

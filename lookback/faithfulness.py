@@ -30,6 +30,9 @@ head ('other' gives every head the donor's mean weights); local attention
 is changed inside its window, and has no 'other' (a donor's window lies
 elsewhere).
 
+The tests set `Decoder.intervention` on the model they measure: run them on
+a model that nothing else is translating with at the same time.
+
 Legend: B batch, Q queries per sentence, S source length, T output steps, V vocabulary.
 """
 

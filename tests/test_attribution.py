@@ -14,8 +14,8 @@ SRC = [5, 6, 7, 8, 9]
 
 
 def _log_p(model, x, out, t):
-    """log P(y_t) with source embeddings x (1, S, E) swapped in, computed here without captum."""
-    swap = model.encoder.embed.register_forward_hook(lambda m, a, o: x)
+    """log P(y_t) with source embeddings x (1, S, E) in place of the encoder's, without captum."""
+    swap = model.encoder.embed.register_forward_hook(lambda m, a, o: x)  # a test runs alone
     try:
         logits = model(torch.tensor([SRC]), torch.tensor([len(SRC)]), torch.tensor([[BOS, *out]])).logits
     finally:
