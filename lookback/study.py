@@ -61,6 +61,7 @@ from .cost import step_flops
 from .coverage import coverage_report
 from .data import read_parallel
 from .device import cpu_name
+from .diagnostics import DIAGNOSTICS, pooled, sentence_diagnostics
 from .evaluate import bleu_and_length, group_by_length
 from .model import count_parameters
 from .synth import TASKS, parse_lengths, sequence_accuracy, synth_corpus
@@ -194,6 +195,9 @@ def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam:
         seconds = time.perf_counter() - start
         hyps = [t.text for t in translations]
         report = coverage_report([(t.attention, t.src_tokens, t.tokens) for t in translations])
+        looks = [
+            sentence_diagnostics(t.attention, t.src_tokens) for t in translations if t.attention is not None
+        ]
         out[label] = {
             **bleu_and_length(hyps, refs),  # sentences, bleu, length_ratio
             "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
@@ -202,6 +206,7 @@ def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam:
             "ms_per_sentence": 1000 * seconds / len(idx),
             "mean_src_words": sum(len(s.split()) for s in srcs) / len(idx),
             "mean_src_tokens": sum(len(translator.src_tok.encode(s)) for s in srcs) / len(idx),
+            "attention": pooled(looks) if looks else None,  # diagnostics.py; None without attention
         }
     return out
 
@@ -428,7 +433,7 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
     """CSV tables, plots and the report section of one test set; `per_beam`: beam -> model -> buckets.
     A model is compared with the model without attention at the same beam size."""
     slug = _slug(spec)
-    table, gains, compression, cost, translation = [], [], [], [], []
+    table, gains, compression, cost, translation, looks = [], [], [], [], [], []
     for k, per_model in per_beam.items():
         for name, buckets in per_model.items():
             base = _baseline(name, configs)
@@ -450,6 +455,8 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
                         **{k: _round(b[k], 3) for k in ("under_covered", "over_covered", "repeated_bigrams")},
                     }
                 )
+                if b.get("attention"):
+                    looks.append({**row, **{k: _round(b["attention"][k], 3) for k in DIAGNOSTICS}})
                 cost.append(
                     {
                         **row,
@@ -477,6 +484,7 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
     _write_csv(out / f"compression_{slug}.csv", compression)
     _write_csv(out / f"cost_{slug}.csv", cost)
     _write_csv(out / f"coverage_{slug}.csv", translation)
+    _write_csv(out / f"attention_diagnostics_{slug}.csv", looks)
     _plot(out / f"bleu_by_length_{slug}", per_beam, "bleu", "BLEU", f"BLEU by source length: {spec}")
     _plot(out / f"cost_{slug}", per_beam, "ms_per_sentence", "ms per sentence", f"Translation time: {spec}")
     return [
@@ -490,6 +498,12 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
             translation,
             "Under- and over-translation: shares of source tokens with a total attention under 0.5 "
             "or over 1.5 (the closing </s> left out), and of output bigrams repeated in the sentence",
+        ),
+        _markdown(
+            looks,
+            "Attention diagnostics (diagnostics.py): mean normalised entropy, shares of near-uniform "
+            "steps, of source tokens never the focus and over-attended, weight on </s> and punctuation "
+            "(beside the share uniform weights would give), argmax moves backward",
         ),
         f"![BLEU by length](bleu_by_length_{slug}.png)",
         "",

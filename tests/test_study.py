@@ -75,6 +75,11 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         assert all(0 <= b["chrf"] <= 100 and 0 <= b["repeated_bigrams"] <= 1 for b in buckets.values())
         covered = [b["under_covered"] for b in buckets.values()]
         assert all(x is None for x in covered) if name == "none" else all(0 <= x <= 1 for x in covered)
+        looks = [b["attention"] for b in buckets.values()]  # diagnostics.py, pooled per bucket
+        if name == "none":
+            assert all(x is None for x in looks)
+        else:
+            assert [x["sentences"] for x in looks] == [3, 2, 1] and all(0 <= x["entropy"] <= 1 for x in looks)
     assert list(result["tests"][spec]["hard1"]) == ["additive"]  # hard attention needs attention
     hard_bleu = {label: b["bleu"] for label, b in result["tests"][spec]["hard1"]["additive"].items()}
     with (out / f"hard_attention_{spec.strip('/').replace('/', '_')}.csv").open() as f:
@@ -100,6 +105,10 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         for m in ("none", "additive")
         for label, n in (("1-10", 3), ("11-20", 2), ("61+", 1))
     ]
+    with (out / f"attention_diagnostics_{slug}.csv").open() as f:
+        looks = list(csv.DictReader(f))  # attending models only
+    assert {r["model"] for r in looks} == {"additive"} and len(looks) == 6  # 2 beams x 3 buckets
+    assert "Attention diagnostics (diagnostics.py)" in (out / "report.md").read_text()
     with (out / f"gain_over_none_{slug}.csv").open() as f:
         gains = list(csv.DictReader(f))  # additive against none at the same beam size, per bucket
     bleu = {(r["model"], r["beam"], r["bucket"]): float(r["bleu"]) for r in rows}
