@@ -29,6 +29,7 @@ from .model import Seq2Seq
 from .tokenizer import BOS, EOS
 
 METHODS = ("grad_x_input", "integrated_gradients")
+ROWS = 8192  # source tokens per batch of integrated gradients' interpolated inputs
 
 
 def _log_prob(model: Seq2Seq, src_ids: Tensor, tgt_in: Tensor, tgt_out: Tensor):
@@ -40,11 +41,10 @@ def _log_prob(model: Seq2Seq, src_ids: Tensor, tgt_in: Tensor, tgt_out: Tensor):
         N = x.size(0)
         src = src_ids.expand(N, -1)
         enc = model.decoder.prepare(model.encoder(src, torch.full((N,), src.size(1)), x))
-        logits = model.decoder(
-            tgt_in.expand(N, -1), enc, model.decoder.init_state(enc)
-        ).logits  # (N, T + 1, V)
-        logp = F.log_softmax(logits.float(), -1)
-        return logp[torch.arange(N), t, tgt_out[t]]  # (N,)
+        out = model.decoder(tgt_in.expand(N, -1), enc, model.decoder.init_state(enc), project=False)
+        s_tilde = out.s_tilde[torch.arange(N), t]  # (N, D): each row's own step only
+        logp = F.log_softmax(model.decoder.project(s_tilde).float(), -1)  # (N, V)
+        return logp[torch.arange(N), tgt_out[t]]  # (N,)
 
     return forward
 
@@ -85,6 +85,7 @@ def attribute(
             baselines=torch.zeros_like(x),  # the embedding of <pad>
             additional_forward_args=(t,),
             n_steps=n_steps,
+            internal_batch_size=max(n_steps, ROWS // S),  # a long sentence's T x n_steps rows in parts
             return_convergence_delta=True,
         )
     return a.sum(-1).detach().cpu(), delta.detach().float().cpu()

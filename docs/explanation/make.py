@@ -1,0 +1,82 @@
+"""The measurements behind docs/attention_as_explanation.md, on the trained models of
+configs/study/attention_variants.yaml (run `lookback study` first; missing models are skipped).
+
+For each model, on the study's test set (Multi30k test_2016_flickr, pairs joined 1-4 at a time):
+attention diagnostics by source length (greedy outputs), the counterfactual tests of
+faithfulness.py, the agreement of attention with integrated gradients on the first
+--attribution sentences, and the agreement of its word links (forced along the reference)
+with eflomal's, learned on Multi30k train. Writes results.json beside this file:
+
+    python docs/explanation/make.py [--models additive,dot] [--attribution 40] [--limit N]
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from lookback.alignment import align, alignment_error, eflomal_links
+from lookback.attribution import agreement, attribute
+from lookback.data import read_parallel
+from lookback.device import cpu_name
+from lookback.diagnostics import diagnostics_by_length
+from lookback.faithfulness import faithfulness
+from lookback.study import load_study
+from lookback.translator import Translator
+
+HERE = Path(__file__).parent
+p = argparse.ArgumentParser()
+p.add_argument("--models", help="comma-separated study models (default: every trained one)")
+p.add_argument("--attribution", type=int, default=40, help="sentences for integrated gradients")
+p.add_argument("--limit", type=int, default=0, help="only the first N test pairs (0: all; for a quick try)")
+p.add_argument("--no-eflomal", action="store_true", help="leave out the aligner (for a quick try)")
+p.add_argument("--out", default=str(HERE / "results.json"), help="where the results go")
+p.add_argument("--study", default=str(HERE.parents[1] / "configs" / "study" / "attention_variants.yaml"))
+args = p.parse_args()
+
+study = load_study(args.study)
+configs = study.configs(only=args.models.split(",") if args.models else None)
+(spec,) = study.tests
+first = next(iter(configs.values())).data
+src, ref = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
+if args.limit:
+    src, ref = src[: args.limit], ref[: args.limit]
+train_src, train_tgt = read_parallel("multi30k:train", first.src_lang, first.tgt_lang, first.multi30k_dir)
+start = time.perf_counter()
+theirs = None if args.no_eflomal else eflomal_links(src, ref, train_src, train_tgt)  # for every model
+results = {
+    "device": f"cpu ({cpu_name()}), {torch.get_num_threads()} threads",
+    "test": spec,
+    "eflomal_seconds": time.perf_counter() - start,
+    "models": {},
+}
+for name, cfg in configs.items():
+    if not (Path(cfg.train.run_dir) / "best.pt").exists():
+        print(f"{name}: not trained, skipped")
+        continue
+    start = time.perf_counter()
+    t = Translator.load(cfg.train.run_dir)
+    out = t.translate(src, beam=1)
+    row = {"attention": cfg.model.attention, "diagnostics": diagnostics_by_length(src, out)}
+    row["faithfulness"] = faithfulness(t, src, ref)["by_length"]
+    if t.model.decoder.score is not None:
+        per = []
+        for o in out[: args.attribution]:
+            grads, _ = attribute(t.model, o.src_ids, o.ids, n_steps=20)
+            per.append(agreement(o.attention, grads))
+        n = sum(a["tokens"] for a in per)
+        taus = [(a["kendall_tau"], a["tokens"]) for a in per if a["kendall_tau"] is not None]
+        row["gradients"] = {
+            "sentences": len(per),
+            "tokens": n,
+            "kendall_tau": sum(x * w for x, w in taus) / sum(w for _, w in taus),
+            "same_top": sum(a["same_top"] * a["tokens"] for a in per) / n,
+        }
+        if theirs is not None:
+            row["eflomal_agreement"] = alignment_error(align(t, src, ref), theirs, theirs)
+    row["seconds"] = time.perf_counter() - start
+    results["models"][name] = row
+    print(f"{name}: {row['seconds']:.0f} s", flush=True)
+    Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
