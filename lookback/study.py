@@ -61,7 +61,7 @@ from .cost import step_flops
 from .coverage import coverage_report
 from .data import read_parallel
 from .device import cpu_name
-from .diagnostics import DIAGNOSTICS, pooled, sentence_diagnostics
+from .diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
 from .evaluate import bleu_and_length, group_by_length
 from .model import count_parameters
 from .synth import TASKS, parse_lengths, sequence_accuracy, synth_corpus
@@ -426,7 +426,16 @@ def _write_learning(out: Path, configs: dict[str, Config], rows: list[dict]) -> 
     plt.close(fig)
     _write_csv(out / "learning.csv", rows)
     table = _markdown(rows, "How each model learned (validation set; metrics_MODEL.jsonl)")
-    return ["## Learning", "", table, "![validation BLEU against minutes](learning.png)", ""]
+    runs = {
+        name: cfg.train.run_dir
+        for name, cfg in configs.items()
+        if (Path(cfg.train.run_dir) / "metrics.jsonl").exists()
+    }
+    takeoff = plot_takeoff(
+        runs, str(out / "takeoff.png"), f"Take-off: when attention starts to look, on {cpu_name()}"
+    )
+    shown = ["![attention entropy and diagonal weight against updates](takeoff.png)", ""] if takeoff else []
+    return ["## Learning", "", table, "![validation BLEU against minutes](learning.png)", "", *shown]
 
 
 def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str, Config]) -> list[str]:

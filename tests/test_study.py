@@ -109,6 +109,9 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         looks = list(csv.DictReader(f))  # attending models only
     assert {r["model"] for r in looks} == {"additive"} and len(looks) == 6  # 2 beams x 3 buckets
     assert "Attention diagnostics (diagnostics.py)" in (out / "report.md").read_text()
+    assert (out / "takeoff.png").stat().st_size > 10_000 and "(takeoff.png)" in (
+        out / "report.md"
+    ).read_text()
     with (out / f"gain_over_none_{slug}.csv").open() as f:
         gains = list(csv.DictReader(f))  # additive against none at the same beam size, per bucket
     bleu = {(r["model"], r["beam"], r["bucket"]): float(r["bleu"]) for r in rows}
