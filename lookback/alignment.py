@@ -29,7 +29,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .tokenizer import SPECIALS
+from .batch import pad
+from .device import autocast
+from .model import Seq2Seq
+from .tokenizer import BOS, SPECIALS
 
 WORD_START = "▁"  # SentencePiece marks the first piece of a word with it
 
@@ -197,11 +200,6 @@ def forced_attention(
     """The weights (T, S) of each given translation, teacher-forced (no search): one row per
     output piece (</s> left out) and one column per source piece the model read; with its
     source and output pieces."""
-    from .batch import pad
-    from .device import autocast
-    from .model import Seq2Seq
-    from .tokenizer import BOS
-
     model = translator.model
     if not isinstance(model, Seq2Seq) or model.decoder.score is None:
         raise ValueError("alignment needs one model that attends (not attention: none, not an ensemble)")

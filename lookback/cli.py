@@ -103,18 +103,24 @@ def cmd_translate(args: argparse.Namespace) -> None:
         show(chunk, n * 512)
 
 
+def _test_set(args: argparse.Namespace, translator) -> tuple[str, list[str], list[str]]:
+    """The test set that --test names (default: the run's data.test): its spec, sources, references."""
+    from .data import read_parallel
+
+    data_cfg = translator.config.data
+    spec = args.test or data_cfg.test
+    multi30k = args.multi30k_dir or data_cfg.multi30k_dir
+    return spec, *read_parallel(spec, data_cfg.src_lang, data_cfg.tgt_lang, multi30k)
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from .coverage import coverage_report
-    from .data import read_parallel
     from .diagnostics import diagnostics_by_length
     from .evaluate import bleu_by_length, score
 
     translator = _translator(args)
+    spec, src, ref = _test_set(args, translator)
     data_cfg = translator.config.data
-    spec = args.test or data_cfg.test
-    src, ref = read_parallel(
-        spec, data_cfg.src_lang, data_cfg.tgt_lang, args.multi30k_dir or data_cfg.multi30k_dir
-    )
     beam = args.beam or translator.decode.beam
     translations = translator.translate(src, beam=beam)
     hyps = [t.text for t in translations]
@@ -181,19 +187,14 @@ def _coverage_line(c: dict) -> str:
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> None:
-    from .data import read_parallel
-    from .faithfulness import faithfulness
+    from .faithfulness import COUNTERFACTUALS, faithfulness
 
     translator = _translator(args)
-    data_cfg = translator.config.data
-    spec = args.test or data_cfg.test
-    src, ref = read_parallel(
-        spec, data_cfg.src_lang, data_cfg.tgt_lang, args.multi30k_dir or data_cfg.multi30k_dir
-    )
+    spec, src, ref = _test_set(args, translator)
     if args.limit:
         src, ref = src[: args.limit], ref[: args.limit]
-    kinds = tuple(args.kinds.split(",")) if args.kinds else None
-    report = faithfulness(translator, src, ref, **({"kinds": kinds} if kinds else {}), seed=args.seed)
+    kinds = tuple(args.kinds.split(",")) if args.kinds else COUNTERFACTUALS
+    report = faithfulness(translator, src, ref, kinds, seed=args.seed)
     report = {"run_dir": args.run_dir, "test": spec, **report}
     if args.json:
         print(json.dumps(report, indent=2))
@@ -216,13 +217,14 @@ def cmd_faithfulness(args: argparse.Namespace) -> None:
 
 def cmd_align(args: argparse.Namespace) -> None:
     from .alignment import align, alignment_error, eflomal_links, pharaoh, read_gold
+    from .data import read_lines, read_parallel
 
-    srcs, tgts = (_read_lines(path) for path in (args.src, args.tgt))
+    srcs, tgts = (read_lines(path) for path in (args.src, args.tgt))
     if len(srcs) != len(tgts):
         raise ValueError(f"{args.src} has {len(srcs)} lines but {args.tgt} has {len(tgts)}")
     gold = None
     if args.gold:
-        lines = _read_lines(args.gold)
+        lines = read_lines(args.gold)
         if len(lines) != len(srcs):
             raise ValueError(f"{args.gold} has {len(lines)} lines but {args.src} has {len(srcs)}")
         gold = [read_gold(line, args.one_based, f"{args.gold} line {n}") for n, line in enumerate(lines, 1)]
@@ -243,8 +245,6 @@ def cmd_align(args: argparse.Namespace) -> None:
             file=report,
         )
     if args.eflomal:
-        from .data import read_parallel
-
         data = translator.config.data
         train = read_parallel(args.eflomal, data.src_lang, data.tgt_lang, data.multi30k_dir)
         theirs = eflomal_links(srcs, tgts, *train)
@@ -255,14 +255,6 @@ def cmd_align(args: argparse.Namespace) -> None:
             f"eflomal's, {pct(r['recall'])}% of eflomal's are attention's, 1 - AER {pct(1 - r['aer'])}",
             file=report,
         )
-
-
-def _read_lines(path: str) -> list[str]:
-    """The lines of a UTF-8 text file; a missing or undecodable file is a one-line error."""
-    try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def cmd_takeoff(args: argparse.Namespace) -> None:

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .batch import pad
+from .device import autocast
 from .evaluate import bleu_and_length, group_by_length
 from .model import Seq2Seq
 from .search import _next_tokens, max_lengths
@@ -204,16 +205,12 @@ def step_effects(
             divergence[kind].append(js_divergence(logp, other).cpu())
             flips[kind].append((other.argmax(-1) != logp.argmax(-1)).cpu())
         state = base.state
-    return {
-        kind: [
-            (
-                [float(divergence[kind][t][b]) for t in range(n)],
-                [bool(flips[kind][t][b]) for t in range(n)],
-            )
-            for b, n in enumerate(steps)
-        ]
-        for kind in changes
-    }
+    out = {}
+    for kind in changes:
+        div = torch.stack(divergence[kind], 1).tolist()  # (B, T), one conversion per kind
+        flip = torch.stack(flips[kind], 1).tolist()
+        out[kind] = [(div[b][:n], flip[b][:n]) for b, n in enumerate(steps)]
+    return out
 
 
 def kinds_for(model: Seq2Seq, kinds: tuple[str, ...] = COUNTERFACTUALS) -> tuple[str, ...]:
@@ -231,8 +228,6 @@ def faithfulness(
     bucket, the mean divergence of P(y_t), the share of flipped steps, and BLEU and chrF of the
     set decoded that way, beside the model's own greedy BLEU. A model without attention is
     measured as the control: its outputs cannot change, and the report says so."""
-    from .device import autocast
-
     model = translator.model
     if not isinstance(model, Seq2Seq):
         raise ValueError("faithfulness tests one model at a time, not an ensemble")
