@@ -3,8 +3,8 @@ configs/study/attention_variants.yaml (run `lookback study` first; missing model
 
 For each model, on the study's test set (Multi30k test_2016_flickr, pairs joined 1-4 at a time):
 attention diagnostics by source length (greedy outputs), the counterfactual tests of
-faithfulness.py, the agreement of attention with integrated gradients on the first
---attribution sentences, and the agreement of its word links (forced along the reference)
+faithfulness.py, the agreement of attention with gradient x input and integrated gradients on the
+first --attribution sentences, and the agreement of its word links (forced along the reference)
 with eflomal's, learned on Multi30k train. Writes results.json beside this file:
 
     python docs/explanation/make.py [--models additive,dot] [--attribution 40] [--limit N]
@@ -62,18 +62,22 @@ for name, cfg in configs.items():
     row = {"attention": cfg.model.attention, "diagnostics": diagnostics_by_length(src, out)}
     row["faithfulness"] = faithfulness(t, src, ref)["by_length"]
     if t.model.decoder.score is not None:
-        per = []
-        for o in out[: args.attribution]:
-            grads, _ = attribute(t.model, o.src_ids, o.ids, n_steps=20)
-            per.append(agreement(o.attention, grads))
-        n = sum(a["tokens"] for a in per)
-        taus = [(a["kendall_tau"], a["tokens"]) for a in per if a["kendall_tau"] is not None]
-        row["gradients"] = {
-            "sentences": len(per),
-            "tokens": n,
-            "kendall_tau": sum(x * w for x, w in taus) / sum(w for _, w in taus),
-            "same_top": sum(a["same_top"] * a["tokens"] for a in per) / n,
-        }
+        for method in ("grad_x_input", "integrated_gradients"):
+            per, gaps = [], []
+            for o in out[: args.attribution]:
+                a, gap = attribute(t.model, o.src_ids, o.ids, method=method, n_steps=20)
+                per.append(agreement(o.attention, a))
+                gaps += [] if gap is None else gap.abs().tolist()
+            n = sum(a["tokens"] for a in per)
+            taus = [(a["kendall_tau"], a["tokens"]) for a in per if a["kendall_tau"] is not None]
+            row[method] = {
+                "sentences": len(per),
+                "tokens": n,
+                "kendall_tau": sum(x * w for x, w in taus) / sum(w for _, w in taus),
+                "same_top": sum(a["same_top"] * a["tokens"] for a in per) / n,
+            }
+            if gaps:  # integrated gradients' completeness: |sum_i a_i - (f(x) - f(0))| per token
+                row[method]["median_gap"] = sorted(gaps)[len(gaps) // 2]
         if theirs is not None:
             row["eflomal_agreement"] = alignment_error(align(t, src, ref), theirs, theirs)
     row["seconds"] = time.perf_counter() - start
