@@ -79,8 +79,9 @@ class Translator:
         model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
         try:
             model.load_state_dict(state["model"])
-        except RuntimeError as exc:
-            reason = first_line(exc)
+        except RuntimeError as exc:  # torch's first line names only the class; the next, what differs
+            details = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+            reason = details[0][:200] if details else first_line(exc)
             raise CheckpointError(f"{path}: weights do not fit the model of its config ({reason})") from None
         return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
 

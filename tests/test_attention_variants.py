@@ -4,12 +4,14 @@ must learn with each: tests/test_model.py)."""
 
 import itertools
 import math
+import shutil
 
 import pytest
 import torch
 
 from lookback.attention import MultiHeadScore, ScaledDotScore, attend, keep_top
 from lookback.batch import collate
+from lookback.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lookback.cli import main
 from lookback.config import ConfigError, from_dict
 from lookback.search import greedy
@@ -121,6 +123,20 @@ def test_config_checks_sizes_and_names():
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return train_tiny(tmp_path_factory.mktemp("hard"), "additive")
+
+
+def test_weights_of_another_model_are_one_line_naming_the_missing_weights(run, tmp_path):
+    """A checkpoint from before a change to the model (the multi-head layer norm) names what differs."""
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    state = load_checkpoint(other / "best.pt")
+    del state["model"]["decoder.combine.weight"]
+    save_checkpoint(state, other / "best.pt")
+    with pytest.raises(CheckpointError) as err:
+        Translator.load(other)
+    message = str(err.value)
+    assert message.startswith(f"{other / 'best.pt'}: weights do not fit the model of its config (Missing key")
+    assert "decoder.combine.weight" in message and "\n" not in message
 
 
 def test_the_translator_and_the_cli_decode_with_hard_attention(run, capsys, monkeypatch):
