@@ -117,3 +117,17 @@ if any("eflomal_agreement" in row for row in attending.values()):
             if (e := row.get("eflomal_agreement"))
         ],
     )
+
+spread = path.parent / "uniform_steps.json"
+if spread.exists():
+    print("Steps by the entropy of their weights (uniform_steps.py): JS, flips with uniform weights\n")
+    rows = []
+    for name, groups in json.loads(spread.read_text(encoding="utf-8"))["models"].items():
+        for label, g in groups.items():
+            if not g["steps"]:
+                continue
+            share = f"{100 * g['share']:.1f}%" if g["steps"] >= 100 else f"{g['steps']} steps"
+            top = ", ".join(p.lstrip("\u2581") for p, _ in g["top_pieces"][:6])
+            u = g["uniform"]
+            rows.append([name, label, share, f"{u['js_divergence']:.2f}, {pct(u['flipped'])}", pct(g["punctuation_or_end"]), top])
+    table(["model", "group", "share of steps", "JS, flips with uniform weights", "punct. or </s>", "most frequent outputs"], rows)
