@@ -152,6 +152,16 @@ def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def require_tensorboard() -> None:
+    """train.tensorboard needs the tensorboard package: say so in one line, before any work."""
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "train.tensorboard: true needs the tensorboard package: pip install 'lookback[tensorboard]'"
+        ) from None
+
+
 class RunDir:
     """A training run's directory. Only the main process writes: with `writes=False`
     (the other ranks under torchrun) saving and logging do nothing."""
@@ -160,6 +170,8 @@ class RunDir:
         self.path, self.writes = Path(path), writes
         self.last, self.prev = self.path / "last.pt", self.path / "prev.pt"
         self._metrics = None  # metrics.jsonl, opened on the first record
+        self.tensorboard = False  # also log to TensorBoard (train.tensorboard; see require_tensorboard)
+        self._board = None  # its SummaryWriter, opened on the first record
 
     def prepare(self, resume: bool) -> None:
         """Create the directory and write, fsync and delete a file in it, failing before any work;
@@ -256,8 +268,21 @@ class RunDir:
             self._metrics = (self.path / "metrics.jsonl").open("a", encoding="utf-8")
         self._metrics.write(json.dumps(record) + "\n")
         self._metrics.flush()
+        if self.tensorboard:  # train/loss, valid/bleu, ... against the update, in tensorboard/
+            from torch.utils.tensorboard import SummaryWriter
+
+            if self._board is None:
+                self._board = SummaryWriter(str(self.path / "tensorboard"))
+            kind = record.get("kind", "run")
+            for key, value in record.items():
+                if key not in ("step", "kind") and isinstance(value, (int, float)):
+                    self._board.add_scalar(f"{kind}/{key}", value, record["step"])
+            self._board.flush()
 
     def close(self) -> None:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._board is not None:
+            self._board.close()
+            self._board = None

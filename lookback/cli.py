@@ -9,6 +9,7 @@
     lookback align RUN_DIR --src FILE --tgt FILE [--gold FILE] [--eflomal TRAIN_SPEC]   (Pharaoh; AER)
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback takeoff RUN_DIR [RUN_DIR ...] -o takeoff.png   (attention statistics beside BLEU)
+    lookback curves RUN_DIR [RUN_DIR ...] -o curves.png     (loss and BLEU by updates and minutes)
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
     lookback serve RUN_DIR [RUN_DIR ...] [--port 8000]
@@ -266,6 +267,15 @@ def cmd_takeoff(args: argparse.Namespace) -> None:
     missing = [name for name in runs if name not in drawn]
     note = f"; no attention statistics in {', '.join(missing)}" if missing else ""
     print(f"wrote {args.output}{note}")
+
+
+def cmd_curves(args: argparse.Namespace) -> None:
+    from .curves import plot_curves
+    from .serve import parse_run_dirs
+
+    runs = parse_run_dirs(args.run_dirs)
+    plot_curves({name: str(d) for name, d in runs.items()}, args.output, args.title)
+    print(f"wrote {args.output}")
 
 
 def cmd_study(args: argparse.Namespace) -> None:
@@ -655,6 +665,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (NAME=DIR names one)")
     p.add_argument("-o", "--output", required=True, help="image file: .png, .svg or .pdf")
     p.set_defaults(func=cmd_takeoff)
+
+    p = sub.add_parser("curves", help="plot runs' training loss and validation BLEU by updates and minutes")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (NAME=DIR names one)")
+    p.add_argument("-o", "--output", required=True, help="image file: .png, .svg or .pdf")
+    p.add_argument("--title", help="the figure's title")
+    p.set_defaults(func=cmd_curves)
 
     p = sub.add_parser("explain", help="trace a translation step by step (or --lecture: the notes' examples)")
     _add_model_flags(p, nargs="?", greedy=True)

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from .batch import collate
+from .curves import history, read_metrics
 from .evaluate import group_by_length
 from .guided import diagonal
 from .model import Seq2Seq
@@ -160,9 +161,6 @@ def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> l
     diagonal weight of its attention logged at every validation (bottom), against updates, from
     each run directory's metrics.jsonl. Saved by `path`'s suffix (PNG, SVG, PDF); returns the
     names of the runs that had attention statistics."""
-    import json
-    from pathlib import Path
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,14 +169,7 @@ def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> l
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True)
     drawn = []
     for i, (name, run_dir) in enumerate(runs.items()):
-        metrics = Path(run_dir) / "metrics.jsonl"
-        try:
-            records = [json.loads(x) for x in metrics.read_text(encoding="utf-8").splitlines() if x.strip()]
-        except FileNotFoundError:
-            raise ValueError(f"{metrics}: no such file (is {run_dir} a run directory?)") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{metrics}: line {exc.lineno} is not JSON") from None
-        valid = [r for r in records if r.get("kind") == "valid"]
+        valid = history(read_metrics(run_dir), "valid")
         colour = f"C{i % 10}"
         top.plot([r["step"] for r in valid], [r["bleu"] for r in valid], marker="o", color=colour, label=name)
         stats = [r for r in valid if "alpha_entropy" in r]

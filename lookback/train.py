@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from . import distributed, progress
 from .batch import Batch, UpdatePlan, curriculum_batches, encode_corpus
-from .checkpoint import RunDir
+from .checkpoint import RunDir, require_tensorboard
 from .config import Config, save_config
 from .data import read_parallel
 from .device import autocast, describe, resolve_device, resolve_precision, set_threads
@@ -59,6 +59,9 @@ class Trainer:
         self.precision = resolve_precision(device, cfg.train.precision)  # auto: bf16 where native
         self.ranks, self.device = distributed.Ranks.join(device)  # torchrun: cuda:LOCAL_RANK
         self.run.writes = self.ranks.main
+        if cfg.train.tensorboard:
+            require_tensorboard()  # fails now, in one line, without the package
+            self.run.tensorboard = True
         saved = self.run.resumable(cfg, self.ranks.world, accept_changes) if resume else None
         # 1) data and tokenizers (trained on the training split, kept in the run directory)
         d = cfg.data

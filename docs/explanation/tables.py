@@ -35,7 +35,16 @@ print(f"device: {results['device']}; test: {results['test']}\n")
 
 print("Diagnostics, all sentences (greedy outputs)\n")
 table(
-    ["model", "BLEU", "entropy", "near-uniform steps", "never argmax", "over 1.5", "parking (uniform)", "backward"],
+    [
+        "model",
+        "BLEU",
+        "entropy",
+        "near-uniform steps",
+        "never argmax",
+        "over 1.5",
+        "parking (uniform)",
+        "backward",
+    ],
     [
         [
             name,
@@ -57,7 +66,11 @@ first = next(iter(attending.values()))["diagnostics"]
 table(
     ["model", *buckets(first)],
     [
-        [name] + [f"{row['diagnostics'][b]['entropy']:.2f} / {pct(row['diagnostics'][b]['near_uniform'])}" for b in buckets(first)]
+        [name]
+        + [
+            f"{row['diagnostics'][b]['entropy']:.2f} / {pct(row['diagnostics'][b]['near_uniform'])}"
+            for b in buckets(first)
+        ]
         for name, row in attending.items()
     ],
 )
@@ -68,7 +81,9 @@ table(
     [
         [name, f"{f['greedy']['bleu']:.1f}"]
         + [
-            f"{f[k]['js_divergence']:.2f} / {pct(f[k]['flipped_steps'])} / {f[k]['bleu_change']:+.1f}" if k in f else "n/a"
+            f"{f[k]['js_divergence']:.2f} / {pct(f[k]['flipped_steps'])} / {f[k]['bleu_change']:+.1f}"
+            if k in f
+            else "n/a"
             for k in KINDS
         ]
         for name, row in models.items()
@@ -94,7 +109,13 @@ table(
 
 print("Attention against gradients (Kendall tau-b / same top token)\n")
 table(
-    ["model", "sentences (tokens)", "gradient x input", "integrated gradients", "IG completeness gap (median)"],
+    [
+        "model",
+        "sentences (tokens)",
+        "gradient x input",
+        "integrated gradients",
+        "IG completeness gap (median)",
+    ],
     [
         [
             name,
@@ -108,7 +129,9 @@ table(
 )
 
 if any("eflomal_agreement" in row for row in attending.values()):
-    print(f"Agreement with eflomal (learned in {results['eflomal_seconds']:.0f} s): 1 - AER / precision / recall\n")
+    print(
+        f"Agreement with eflomal (learned in {results['eflomal_seconds']:.0f} s): 1 - AER / precision / recall\n"
+    )
     table(
         ["model", "agreement (1 - AER)", "precision", "recall"],
         [
@@ -129,5 +152,24 @@ if spread.exists():
             share = f"{100 * g['share']:.1f}%" if g["steps"] >= 100 else f"{g['steps']} steps"
             top = ", ".join(p.lstrip("\u2581") for p, _ in g["top_pieces"][:6])
             u = g["uniform"]
-            rows.append([name, label, share, f"{u['js_divergence']:.2f}, {pct(u['flipped'])}", pct(g["punctuation_or_end"]), top])
-    table(["model", "group", "share of steps", "JS, flips with uniform weights", "punct. or </s>", "most frequent outputs"], rows)
+            rows.append(
+                [
+                    name,
+                    label,
+                    share,
+                    f"{u['js_divergence']:.2f}, {pct(u['flipped'])}",
+                    pct(g["punctuation_or_end"]),
+                    top,
+                ]
+            )
+    table(
+        [
+            "model",
+            "group",
+            "share of steps",
+            "JS, flips with uniform weights",
+            "punct. or </s>",
+            "most frequent outputs",
+        ],
+        rows,
+    )

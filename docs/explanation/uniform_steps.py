@@ -51,7 +51,10 @@ for name, cfg in configs.items():
         continue
     t = Translator.load(cfg.train.run_dir)
     ids = [x for x in t.source_ids(src) if len(x) > 1]  # one source piece has no entropy to speak of
-    steps = {g: {"steps": 0, "uniform": [0.0, 0], "permute": [0.0, 0], "parking": 0, "pieces": Counter()} for g in ("peaked", "middle", "near_uniform")}
+    steps = {
+        g: {"steps": 0, "uniform": [0.0, 0], "permute": [0.0, 0], "parking": 0, "pieces": Counter()}
+        for g in ("peaked", "middle", "near_uniform")
+    }
     size = t.decode.batch_size
     with torch.no_grad():
         for i in range(0, len(ids), size):

@@ -38,8 +38,10 @@ for run in args.runs:
         "mean_abs_c": o.c[real].abs().mean().item(),
         "readout_saturated": (o.s_tilde[real].abs() > 0.99).float().mean().item(),  # |tanh| > 0.99
     }
-    print(f"{name or path}: mean |h| {row['mean_abs_h']:.2f}, mean |c| {row['mean_abs_c']:.2f}, "
-          f"readout units with |~s| > 0.99: {100 * row['readout_saturated']:.0f}%")
+    print(
+        f"{name or path}: mean |h| {row['mean_abs_h']:.2f}, mean |c| {row['mean_abs_c']:.2f}, "
+        f"readout units with |~s| > 0.99: {100 * row['readout_saturated']:.0f}%"
+    )
 if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
