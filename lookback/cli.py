@@ -10,6 +10,7 @@
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback takeoff RUN_DIR [RUN_DIR ...] -o takeoff.png   (attention statistics beside BLEU)
     lookback curves RUN_DIR [RUN_DIR ...] -o curves.png     (loss and BLEU by updates and minutes)
+    lookback export RUN_DIR -o DIR [--test SPEC]            (a model to share: safetensors, no pickle)
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
     lookback serve RUN_DIR [RUN_DIR ...] [--port 8000]
@@ -343,6 +344,31 @@ def cmd_neighbours(args: argparse.Namespace) -> None:
     print(f"nearest to {args.word!r}{how} in the {args.side} embeddings, by cosine similarity:")
     for piece, sim in near:
         print(f"  {sim:7.3f}  {piece}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from .evaluate import score
+    from .export import export
+    from .translator import Translator
+
+    test = None
+    if args.test:
+        translator = Translator.load(args.run_dir, args.checkpoint)
+        spec, src, ref = _test_set(args, translator)
+        beam = args.beam or translator.decode.beam
+        hyps = [t.text for t in translator.translate(src, beam=beam)]
+        s = score(hyps, ref, translator.config.data.tgt_lang)
+        test = {
+            "spec": spec,
+            "beam": beam,
+            "bleu": s.bleu,
+            "chrf": s.chrf,
+            "bleu_signature": s.bleu_signature,
+            "chrf_signature": s.chrf_signature,
+        }
+    info = export(args.run_dir, args.output, args.checkpoint, test)
+    scores = f"; test BLEU {test['bleu']:.2f} on {test['spec']}, beam {test['beam']}" if test else ""
+    print(f"wrote {args.output}: {info['parameters']:,} parameters from {info['checkpoint']}{scores}")
 
 
 def cmd_average(args: argparse.Namespace) -> None:
@@ -687,6 +713,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=("source", "target"), default="source", help="which embedding table")
     p.add_argument("-k", type=positive_int, default=10, help="how many neighbours")
     p.set_defaults(func=cmd_neighbours)
+
+    p = sub.add_parser("export", help="write a model to share: safetensors weights, config, tokenizers, card")
+    p.add_argument("run_dir", help="run directory")
+    p.add_argument("-o", "--output", required=True, help="the directory to write (new, or an earlier export)")
+    p.add_argument("--checkpoint", default="best", help="best, last, averaged or step_N (default best)")
+    p.add_argument("--test", help="also score this test set (corpus spec) and put it in the model card")
+    p.add_argument("--beam", type=positive_int, help="beam size for --test (default: the run's decode.beam)")
+    p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("average", help="average the weights of a run's last checkpoints into averaged.pt")
     p.add_argument("run_dir", help="run directory trained with train.keep_checkpoints >= 2")

@@ -22,6 +22,7 @@ from .decoder import Decoder
 from .device import autocast, resolve_precision
 from .ensemble import Ensemble
 from .errors import CheckpointError, first_line
+from .export import is_export, load_export
 from .model import Seq2Seq, build_model
 from .search import Hypothesis, beam_search, greedy
 from .tokenizer import EOS, Tokenizer, load_tokenizers
@@ -68,8 +69,15 @@ class Translator:
         device: str | torch.device = "cpu",
         precision: str | None = None,
     ) -> Translator:
-        """Rebuild model, tokenizers and decoding settings from a run directory."""
+        """Rebuild model, tokenizers and decoding settings from a run directory, or from an
+        exported model (`lookback export`: safetensors weights, read without any pickle)."""
         run_dir = Path(run_dir)
+        if is_export(run_dir):
+            if checkpoint != "best":
+                raise CheckpointError(f"{run_dir}: an export has one set of weights, no {checkpoint!r}")
+            model, cfg = load_export(run_dir)
+            src_tok, tgt_tok = load_tokenizers(run_dir)
+            return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
         path = run_dir / f"{checkpoint}.pt"
         if checkpoint == "best" and not path.exists():
             path = run_dir / "last.pt"
