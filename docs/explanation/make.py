@@ -7,7 +7,7 @@ faithfulness.py, the agreement of attention with gradient x input and integrated
 first --attribution sentences, and the agreement of its word links (forced along the reference)
 with eflomal's, learned on Multi30k train. Writes results.json beside this file:
 
-    python docs/explanation/make.py [--models additive,dot] [--attribution 40] [--limit N]
+    python docs/explanation/make.py [--models additive,dot] [--attribution 40] [--limit N] [--add]
 """
 
 import argparse
@@ -34,6 +34,7 @@ p.add_argument("--limit", type=int, default=0, help="only the first N test pairs
 p.add_argument("--no-eflomal", action="store_true", help="leave out the aligner (for a quick try)")
 p.add_argument("--out", default=str(HERE / "results.json"), help="where the results go")
 p.add_argument("--study", default=str(HERE.parents[1] / "configs" / "study" / "attention_variants.yaml"))
+p.add_argument("--add", action="store_true", help="keep the models already in --out, add these")
 args = p.parse_args()
 
 study = load_study(args.study)
@@ -52,6 +53,8 @@ results = {
     "eflomal_seconds": time.perf_counter() - start,
     "models": {},
 }
+if args.add and Path(args.out).exists():  # measured before: kept, and these models added or replaced
+    results["models"] = json.loads(Path(args.out).read_text(encoding="utf-8"))["models"]
 for name, cfg in configs.items():
     if not (Path(cfg.train.run_dir) / "best.pt").exists():
         print(f"{name}: not trained, skipped")

@@ -5,7 +5,7 @@ group the share of steps, how far P(y_t) moves when the weights are made uniform
 (Jensen-Shannon divergence in bits, share of flipped argmax), the share of outputs that are
 punctuation or </s>, and the most frequent output pieces. Writes uniform_steps.json beside this file:
 
-    python docs/explanation/uniform_steps.py [--models scaled_dot,additive] [--limit N]
+    python docs/explanation/uniform_steps.py [--models scaled_dot,additive] [--limit N] [--add]
 """
 
 import argparse
@@ -31,6 +31,7 @@ p.add_argument("--models", help="comma-separated study models (default: every tr
 p.add_argument("--limit", type=int, default=0, help="only the first N test pairs (0: all)")
 p.add_argument("--out", default=str(HERE / "uniform_steps.json"))
 p.add_argument("--study", default=str(HERE.parents[1] / "configs" / "study" / "attention_variants.yaml"))
+p.add_argument("--add", action="store_true", help="keep the models already in --out, add these")
 args = p.parse_args()
 
 study = load_study(args.study)
@@ -40,6 +41,8 @@ first = next(iter(configs.values())).data
 src, _ = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
 src = src[: args.limit] if args.limit else src
 results = {"device": f"cpu ({cpu_name()}), {torch.get_num_threads()} threads", "test": spec, "models": {}}
+if args.add and Path(args.out).exists():  # measured before: kept, and these models added or replaced
+    results["models"] = json.loads(Path(args.out).read_text(encoding="utf-8"))["models"]
 
 
 def group(entropy: float) -> str:
