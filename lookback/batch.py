@@ -12,9 +12,10 @@ Legend: B batch, S source length, T target length (with <s> or </s>).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -88,65 +89,66 @@ def collate(pairs: list[tuple[list[int], list[int]]]) -> Batch:
 
 
 def token_batches(
-    lengths: list[tuple[int, int]], max_tokens: int, seed: int | None = None, epoch: int = 0
-) -> list[list[int]]:
+    lengths: Sequence[tuple[int, int]] | np.ndarray, max_tokens: int, seed: int | None = None, epoch: int = 0
+) -> list[np.ndarray]:
     """Group sentence indices into batches of at most `max_tokens` padded positions.
 
     Args:
-        lengths: (source, target) length of each sentence pair.
+        lengths: (source, target) length of each sentence pair: pairs, or an (n, 2) array.
         max_tokens: bound on batch size x longest sequence in the batch (a
             longer single sentence still gets a batch of its own).
         seed: shuffle with this seed (and `epoch`); None keeps length order
             without shuffling, for evaluation.
 
     Returns:
-        Lists of indices into `lengths`.
+        Arrays of indices into `lengths` (8 bytes a pair: a plan for millions of pairs is small).
     """
-    n = len(lengths)
+    L = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (n, 2)
+    n = len(L)
+    size = np.maximum(L[:, 0], L[:, 1] + 1)  # +1: <s> or </s>
     gen = None
     if seed is not None:
         gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        order = torch.randperm(n, generator=gen).tolist()
+        order = torch.randperm(n, generator=gen).numpy()
     else:
-        order = list(range(n))
-
-    def size(i: int) -> int:
-        return max(lengths[i][0], lengths[i][1] + 1)  # +1: <s> or </s>
-
-    batches: list[list[int]] = []
+        order = np.arange(n)
+    batches: list[np.ndarray] = []
     pool_size = n if seed is None else max(1, POOL * max_tokens // 20)
     for start in range(0, n, pool_size):
-        pool = sorted(order[start : start + pool_size], key=lambda i: (size(i), lengths[i]))
-        batch: list[int] = []
-        longest = 0
-        for i in pool:
-            longest_if_added = max(longest, size(i))
-            if batch and longest_if_added * (len(batch) + 1) > max_tokens:
-                batches.append(batch)
-                batch, longest_if_added = [], size(i)
-            batch.append(i)
+        pool = order[start : start + pool_size]
+        pool = pool[np.lexsort((L[pool, 1], L[pool, 0], size[pool]))]  # by size, then lengths; stable
+        cuts, count, longest = [], 0, 0
+        for k, length in enumerate(size[pool].tolist()):
+            longest_if_added = max(longest, length)
+            if count and longest_if_added * (count + 1) > max_tokens:
+                cuts.append(k)
+                count, longest_if_added = 0, length
+            count += 1
             longest = longest_if_added
-        if batch:
-            batches.append(batch)
+        batches.extend(np.split(pool, cuts))
     if gen is not None:
         batches = [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
     return batches
 
 
 def curriculum_batches(
-    lengths: list[tuple[int, int]], max_tokens: int, seed: int, curriculum: list[int], epoch: int
-) -> list[list[int]]:
+    lengths: Sequence[tuple[int, int]] | np.ndarray,
+    max_tokens: int,
+    seed: int,
+    curriculum: list[int],
+    epoch: int,
+) -> list[np.ndarray]:
     """An epoch's batches under a length curriculum ("baby steps", Bengio et al. 2009; Spitkovsky
     et al. 2010): epoch i < len(curriculum) draws only from the pairs whose target has at most
     curriculum[i] tokens; later epochs from all. Short sentences first, whose attention has
     few places to look, then the rest."""
     if epoch >= len(curriculum):
         return token_batches(lengths, max_tokens, seed, epoch)
-    keep = [i for i, (_, tgt) in enumerate(lengths) if tgt <= curriculum[epoch]]
-    if not keep:
+    L = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)
+    keep = np.nonzero(L[:, 1] <= curriculum[epoch])[0]
+    if not len(keep):
         raise ValueError(f"train.curriculum: no training pair has at most {curriculum[epoch]} target tokens")
-    batches = token_batches([lengths[i] for i in keep], max_tokens, seed, epoch)
-    return [[keep[j] for j in batch] for batch in batches]
+    return [keep[batch] for batch in token_batches(L[keep], max_tokens, seed, epoch)]
 
 
 @dataclass
@@ -160,8 +162,8 @@ class UpdatePlan:
     are left out, so that every process makes the same updates.
     """
 
-    pairs: list[tuple[list[int], list[int]]]  # token ids of the training corpus
-    epoch_batches: Callable[[int], list[list[int]]]  # epoch -> its batches, as indices into pairs
+    pairs: Sequence[tuple[list[int], list[int]]]  # token ids of the training corpus (a list, or a TokenStore)
+    epoch_batches: Callable[[int], list[np.ndarray]]  # epoch -> its batches, as indices into pairs
     per_update: int = 1  # batches in one update, all processes together
     rank: int = 0  # this process
     world: int = 1  # processes

@@ -74,6 +74,10 @@ class DataConfig:
     multi30k_dir: str | None = None  # Multi30k files; else $LOOKBACK_MULTI30K, else download to cache
     max_len: int = at_least(100, 1)  # training pairs longer than this (in tokens, either side) are skipped
     src_eos: bool = True  # end every source with </s>, so that attention has an end to find
+    store: bool = False  # tokenise the training corpus once into an on-disk store and stream it (store.py)
+    cache_dir: str | None = (
+        None  # where stores go; else $LOOKBACK_CACHE/stores, else ~/.cache/lookback/stores
+    )
 
 
 @dataclass
@@ -83,6 +87,7 @@ class TokenizerConfig:
     vocab_size: int = at_least(8000, 8)  # pieces per vocabulary (word: most frequent words kept)
     joint: bool = True  # one vocabulary shared by source and target
     min_freq: int = at_least(1, 1)  # word tokenizer: rarer words become <unk>
+    sample: int = at_least(0, 0)  # train on this many pairs drawn from the corpus (0: all); for large corpora
 
 
 @dataclass

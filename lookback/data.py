@@ -29,8 +29,10 @@ from __future__ import annotations
 import gzip
 import itertools
 import logging
+import random
 import re
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .corpora import multi30k_dir, multi30k_paths
@@ -42,15 +44,15 @@ MAX_CHARS = 10_000  # a side longer than this is not a sentence: the pair is ski
 _CONCAT = re.compile(r"concat:([0-9]+)(?:-([0-9]+))?:(.+)")  # concat:K:SPEC or concat:LO-HI:SPEC
 
 
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file, gzipped if its name ends in ``.gz``.
+def iter_lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file, one at a time, gzipped if its name ends in ``.gz``.
 
     Lines end at ``\\n`` only, not at other Unicode line breaks, which would
     misalign parallel files; only the ``\\n`` (and a ``\\r`` before it) is removed.
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
+    lineno = 0
     try:
         with opener(path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
@@ -61,14 +63,27 @@ def read_lines(path: Path) -> list[str]:
                         f"{path}:{lineno}: invalid UTF-8 (byte {raw[exc.start]:#04x} at column "
                         f"{exc.start + 1}); the corpus must be UTF-8 text"
                     ) from None
-                lines.append(line.removesuffix("\n").removesuffix("\r"))
+                yield line.removesuffix("\n").removesuffix("\r")
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: truncated
         raise DataError(f"{path}: cannot read ({exc})") from None
-    if not lines:
+    if not lineno:
         raise DataError(f"{path}: file is empty")
-    return lines
+
+
+def read_lines(path: Path) -> list[str]:
+    """All the lines of a text file (`iter_lines`)."""
+    return list(iter_lines(path))
+
+
+def _tsv_pairs(path: Path) -> Iterator[tuple[str, str]]:
+    """(source, target) of each ``src<TAB>tgt`` line; a blank line is an empty pair."""
+    for lineno, line in enumerate(iter_lines(path), start=1):
+        columns = line.split("\t") if line.strip() else ["", ""]
+        if len(columns) != 2:
+            raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns, found {len(columns)}")
+        yield columns[0], columns[1]
 
 
 def read_tsv(path: Path) -> tuple[list[str], list[str]]:
@@ -76,14 +91,8 @@ def read_tsv(path: Path) -> tuple[list[str], list[str]]:
 
     A blank line is an empty pair (which `read_parallel` skips), not a missing column.
     """
-    src, tgt = [], []
-    for lineno, line in enumerate(read_lines(path), start=1):
-        columns = line.split("\t") if line.strip() else ["", ""]
-        if len(columns) != 2:
-            raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns, found {len(columns)}")
-        src.append(columns[0])
-        tgt.append(columns[1])
-    return src, tgt
+    pairs = list(_tsv_pairs(path))
+    return [s for s, _ in pairs], [t for _, t in pairs]
 
 
 def _prefix_path(prefix: str, lang: str) -> Path:
@@ -167,3 +176,79 @@ def read_parallel(
     if len(src) != len(tgt):
         raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
     return _drop_bad_pairs(src, tgt, f"{src_path} / {tgt_path}")
+
+
+def _streams(spec: str) -> bool:
+    """Whether `iter_parallel` reads `spec` line by line (files), rather than whole."""
+    return not spec.startswith(("concat:", "multi30k:"))
+
+
+def corpus_files(spec: str, src_lang: str, tgt_lang: str, multi30k: str | None = None) -> list[Path]:
+    """The files the corpus `spec` is read from (what a cache of it must notice changing)."""
+    if spec.startswith("concat:"):
+        return corpus_files(_parse_concat(spec)[2], src_lang, tgt_lang, multi30k)
+    if spec.startswith("multi30k:"):
+        return multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], multi30k_dir(multi30k))
+    if spec.endswith((".tsv", ".tsv.gz")):
+        return [Path(spec)]
+    return [_prefix_path(spec, src_lang), _prefix_path(spec, tgt_lang)]
+
+
+def iter_parallel(
+    spec: str, src_lang: str, tgt_lang: str, multi30k: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """The pairs of `spec`, as `read_parallel` gives them, one at a time: files are streamed, so
+    a corpus larger than memory can be read (Multi30k and concat: corpora, small, are read whole).
+    Skipped pairs are counted and reported at the end, as `read_parallel` does."""
+    if not _streams(spec):
+        yield from zip(*read_parallel(spec, src_lang, tgt_lang, multi30k), strict=True)
+        return
+    if spec.endswith((".tsv", ".tsv.gz")):
+        pairs, where = _tsv_pairs(Path(spec)), spec
+    else:
+        src_path, tgt_path = _prefix_path(spec, src_lang), _prefix_path(spec, tgt_lang)
+        pairs, where = _aligned(src_path, tgt_path), f"{src_path} / {tgt_path}"
+    empty = too_long = kept = 0
+    for s, t in pairs:
+        if not (s.strip() and t.strip()):
+            empty += 1
+        elif len(s) > MAX_CHARS or len(t) > MAX_CHARS:
+            too_long += 1
+        else:
+            kept += 1
+            yield s, t
+    if empty:
+        logger.warning("skipped %d pairs with an empty side in %s", empty, where)
+    if too_long:
+        logger.warning("skipped %d pairs with a side over %d characters in %s", too_long, MAX_CHARS, where)
+    if not kept:
+        raise DataError(
+            f"{where}: no sentence pairs with text on both sides (of at most {MAX_CHARS} characters)"
+        )
+
+
+def _aligned(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
+    """The lines of two parallel files side by side; a DataError if one ends first."""
+    n = 0
+    for n, (s, t) in enumerate(itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)), start=1):
+        if s is None or t is None:
+            longer, shorter = (tgt_path, src_path) if s is None else (src_path, tgt_path)
+            raise DataError(f"{shorter} has {n - 1} lines but {longer} has more")
+        yield s, t
+
+
+def sample_pairs(pairs: Iterable[tuple[str, str]], n: int, seed: int) -> tuple[list[str], list[str]]:
+    """(sources, targets) of `n` pairs drawn uniformly from `pairs` in one pass, holding only
+    those n (reservoir sampling, Vitter 1985's algorithm R), kept in corpus order; n = 0: all."""
+    if not n:
+        kept = list(pairs)
+    else:
+        rng = random.Random(seed)
+        reservoir: list[tuple[int, tuple[str, str]]] = []
+        for i, pair in enumerate(pairs):
+            if i < n:
+                reservoir.append((i, pair))
+            elif (j := rng.randrange(i + 1)) < n:
+                reservoir[j] = (i, pair)
+        kept = [pair for _, pair in sorted(reservoir, key=lambda x: x[0])]
+    return [s for s, _ in kept], [t for _, t in kept]

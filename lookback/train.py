@@ -33,7 +33,7 @@ from . import distributed, progress
 from .batch import Batch, UpdatePlan, curriculum_batches, encode_corpus
 from .checkpoint import RunDir, require_tensorboard
 from .config import Config, save_config
-from .data import read_parallel
+from .data import iter_parallel, read_parallel, sample_pairs
 from .device import autocast, describe, resolve_device, resolve_precision, set_threads
 from .diagnostics import probe
 from .errors import NonFiniteLoss
@@ -43,6 +43,7 @@ from .model import Seq2Seq, build_model, count_parameters
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals
 from .sampling import truth_probability
 from .schedule import set_lr
+from .store import prepare_store
 from .tokenizer import load_tokenizers, train_tokenizers
 from .translator import Translator
 
@@ -65,19 +66,33 @@ class Trainer:
         saved = self.run.resumable(cfg, self.ranks.world, accept_changes) if resume else None
         # 1) data and tokenizers (trained on the training split, kept in the run directory)
         d = cfg.data
-        src, tgt = read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
+        # data.store: the corpus is streamed, never held; else read whole, as small corpora are
+        train_text = None if d.store else read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
         valid = read_parallel(d.valid, d.src_lang, d.tgt_lang, d.multi30k_dir)  # a bad path fails now
         if not resume and self.ranks.main:
+            pairs = (
+                zip(*train_text, strict=True)
+                if train_text
+                else iter_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
+            )
+            src, tgt = sample_pairs(pairs, cfg.tokenizer.sample, cfg.train.seed)
             train_tokenizers(cfg.tokenizer, src, tgt, d.src_lang, d.tgt_lang, self.run.path)
         self.ranks.barrier()  # the other ranks wait for the files: train.run_dir must be shared
         self.src_tok, self.tgt_tok = load_tokenizers(self.run.path)
-        self.train_data = encode_corpus(src, tgt, self.src_tok, self.tgt_tok, d.max_len, d.src_eos)
+        if d.store:  # tokenised once into the cache (rank 0), then read pair by pair
+            store = prepare_store(
+                d, self.src_tok, self.tgt_tok, self.run.path, self.ranks.main, self.ranks.barrier
+            )
+            self.train_pairs, lengths = store, store.lengths
+        else:
+            corpus = encode_corpus(*train_text, self.src_tok, self.tgt_tok, d.max_len, d.src_eos)
+            self.train_pairs, lengths = corpus.pairs, [(len(x), len(y)) for x, y in corpus.pairs]
+            del train_text, corpus  # the raw text of the training corpus is not needed again
         self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok, src_eos=d.src_eos)
         t, (rank, world) = cfg.train, (self.ranks.rank, self.ranks.world)
-        lengths = [(len(x), len(y)) for x, y in self.train_data.pairs]
         # epoch -> its batches, short pairs only in the first epochs under train.curriculum
         epoch_batches = partial(curriculum_batches, lengths, t.max_tokens, t.seed, t.curriculum)
-        self.plan = UpdatePlan(self.train_data.pairs, epoch_batches, world * t.accumulate, rank, world)
+        self.plan = UpdatePlan(self.train_pairs, epoch_batches, world * t.accumulate, rank, world)
         # 2) model, optimiser, scheduler
         torch.manual_seed(cfg.train.seed)
         self.model: Seq2Seq = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
@@ -215,7 +230,7 @@ class Trainer:
     def _bar(self) -> tqdm:
         """The progress bar (rank 0's), after a word on what trains where."""
         cfg, n = self.cfg.train, count_parameters(self.model)
-        logger.info("model: %.2fM parameters; %d training pairs", n / 1e6, len(self.train_data.pairs))
+        logger.info("model: %.2fM parameters; %d training pairs", n / 1e6, len(self.train_pairs))
         logger.info(describe(self.device, self.precision))
         if self.ranks.world > 1 or cfg.accumulate > 1:
             logger.info("%d process(es) x %d batch(es) per update", self.ranks.world, cfg.accumulate)
