@@ -8,6 +8,12 @@ A corpus is named by a spec string (the `data.train`, `data.valid` and
 - ``path/file.tsv`` (or ``.tsv.gz``): one pair per line, ``src<TAB>tgt``.
 - ``path/prefix``: two line-aligned files ``prefix.SRC`` and ``prefix.TGT``
   (``train.en`` and ``train.fr``), each also tried with ``.gz`` appended.
+- ``hf:NAME[:CONFIG]:SPLIT``: a Hugging Face dataset through `datasets.load_dataset`
+  (``hf:iwslt2017:iwslt2017-en-fr:train``, ``hf:wmt14:fr-en:train``,
+  ``hf:Helsinki-NLP/europarl:en-fr:train``; NAME may be a local folder of data
+  files). Each example holds a ``translation`` mapping of language codes to
+  text, as the translation sets of the Hub do, or one column per language.
+  Needs ``pip install 'lookback[hf]'``.
 - ``concat:K:SPEC``: long pairs from any other SPEC, for the bottleneck study
   (``concat:3:multi30k:test_2016_flickr``). Each group of K consecutive
   pairs becomes one pair, sources joined by a space and targets joined by a
@@ -36,7 +42,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .corpora import multi30k_dir, multi30k_paths
-from .errors import DataError
+from .errors import DataError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +170,8 @@ def read_parallel(
         if not src:
             raise DataError(f"{spec}: {inner} has fewer than {k_lo} pairs, too few to join")
         return src, tgt
+    if spec.startswith("hf:"):
+        return _drop_bad_pairs(*_unzip(_hf_pairs(spec, src_lang, tgt_lang)), spec)
     if spec.startswith("multi30k:"):
         directory = multi30k_dir(multi30k)
         src_path, tgt_path = multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], directory)
@@ -189,6 +197,8 @@ def corpus_files(spec: str, src_lang: str, tgt_lang: str, multi30k: str | None =
         return corpus_files(_parse_concat(spec)[2], src_lang, tgt_lang, multi30k)
     if spec.startswith("multi30k:"):
         return multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], multi30k_dir(multi30k))
+    if spec.startswith("hf:"):
+        return [Path(f["filename"]) for f in _hf_dataset(spec).cache_files]
     if spec.endswith((".tsv", ".tsv.gz")):
         return [Path(spec)]
     return [_prefix_path(spec, src_lang), _prefix_path(spec, tgt_lang)]
@@ -203,7 +213,9 @@ def iter_parallel(
     if not _streams(spec):
         yield from zip(*read_parallel(spec, src_lang, tgt_lang, multi30k), strict=True)
         return
-    if spec.endswith((".tsv", ".tsv.gz")):
+    if spec.startswith("hf:"):
+        pairs, where = _hf_pairs(spec, src_lang, tgt_lang), spec
+    elif spec.endswith((".tsv", ".tsv.gz")):
         pairs, where = _tsv_pairs(Path(spec)), spec
     else:
         src_path, tgt_path = _prefix_path(spec, src_lang), _prefix_path(spec, tgt_lang)
@@ -252,3 +264,52 @@ def sample_pairs(pairs: Iterable[tuple[str, str]], n: int, seed: int) -> tuple[l
                 reservoir[j] = (i, pair)
         kept = [pair for _, pair in sorted(reservoir, key=lambda x: x[0])]
     return [s for s, _ in kept], [t for _, t in kept]
+
+
+def _unzip(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    src, tgt = [], []
+    for s, t in pairs:
+        src.append(s)
+        tgt.append(t)
+    return src, tgt
+
+
+def _hf_dataset(spec: str):
+    """The split that ``hf:NAME[:CONFIG]:SPLIT`` names, loaded (and cached) by `datasets`."""
+    parts = spec[3:].split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise DataError(f"{spec}: expected hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT (a Hugging Face dataset)")
+    name, config, split = parts[0], (parts[1] if len(parts) == 3 else None), parts[-1]
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            f"{spec}: hf: corpora need the datasets package: pip install 'lookback[hf]'"
+        ) from None
+    datasets.disable_progress_bars()
+    try:
+        return datasets.load_dataset(name, config, split=split)
+    except Exception as exc:  # noqa: BLE001 -- datasets raises many kinds; each becomes one line
+        raise DataError(f"{spec}: cannot load ({type(exc).__name__}: {first_line(exc)})") from None
+
+
+def _hf_pairs(spec: str, src_lang: str, tgt_lang: str) -> Iterator[tuple[str, str]]:
+    """The (source, target) texts of a Hugging Face translation set, one example at a time: from
+    its ``translation`` column ({lang: text}), or from columns named by the languages."""
+    dataset = _hf_dataset(spec)
+    columns = dataset.column_names
+    if "translation" in columns:
+        for n, example in enumerate(dataset):
+            pair = example["translation"]
+            if src_lang not in pair or tgt_lang not in pair:
+                raise DataError(
+                    f"{spec}: example {n} translates {sorted(pair)}, not {src_lang} and {tgt_lang}"
+                )
+            yield pair[src_lang], pair[tgt_lang]
+    elif src_lang in columns and tgt_lang in columns:
+        for example in dataset:
+            yield example[src_lang], example[tgt_lang]
+    else:
+        raise DataError(
+            f"{spec}: no 'translation' column, and no columns {src_lang!r} and {tgt_lang!r} ({columns})"
+        )

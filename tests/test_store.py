@@ -145,3 +145,43 @@ def test_a_changed_corpus_gets_a_new_store(tmp_path):
     Trainer(from_dict(raw))
     stores = list((tmp_path / "cache").iterdir())
     assert sorted(TokenStore(s).meta["pairs"] for s in stores) == [300, 310]
+
+
+def _hf_folder(tmp: Path, pairs: list[tuple[str, str]], columns: bool = False) -> Path:
+    """A local Hugging Face dataset: a folder of JSON lines, as load_dataset reads data files."""
+    folder = tmp / "hf"
+    folder.mkdir(exist_ok=True)
+    rows = [{"en": s, "fr": t} if columns else {"translation": {"en": s, "fr": t}} for s, t in pairs]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return folder
+
+
+def test_hf_corpora_load_through_datasets_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    pairs = toy_pairs(40, seed=5) + [("", "vide")]
+    spec = f"hf:{_hf_folder(tmp_path, pairs)}:train"
+    src, tgt = read_parallel(spec, "en", "fr")
+    assert list(zip(src, tgt, strict=True)) == pairs[:40]  # the empty pair skipped, as from files
+    assert list(iter_parallel(spec, "en", "fr")) == pairs[:40]
+    assert read_parallel(spec, "fr", "en")[0] == tgt  # either direction of the same set
+    other = tmp_path / "cols"
+    other.mkdir()
+    spec_columns = f"hf:{_hf_folder(other, pairs[:5], columns=True)}:train"
+    assert read_parallel(spec_columns, "en", "fr") == ([s for s, _ in pairs[:5]], [t for _, t in pairs[:5]])
+    with pytest.raises(DataError, match=r"translates \['en', 'fr'\], not en and de$"):
+        read_parallel(spec, "en", "de")
+    with pytest.raises(DataError, match=r"^hf:x: expected hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT"):
+        read_parallel("hf:x", "en", "fr")
+    with pytest.raises(DataError, match=r"^hf:.*nowhere:train: cannot load \("):
+        read_parallel(f"hf:{tmp_path / 'nowhere'}:train", "en", "fr")
+
+
+def test_a_run_trains_from_an_hf_corpus_through_the_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    raw = _config(tmp_path, "hf", store=True, max_steps=4, valid_every=4)
+    raw["data"]["train"] = f"hf:{_hf_folder(tmp_path, toy_pairs(300, seed=1))}:train"
+    trainer = Trainer(from_dict(raw))
+    assert isinstance(trainer.train_pairs, TokenStore) and len(trainer.train_pairs) == 300
+    assert trainer.train().step == 4
