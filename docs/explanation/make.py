@@ -10,51 +10,29 @@ with eflomal's, learned on Multi30k train. Writes results.json beside this file:
     python docs/explanation/make.py [--models additive,dot] [--attribution 40] [--limit N] [--add]
 """
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-import torch
+from common import new_results, parser, study_test_set
 
 from lookback.alignment import align, alignment_error, eflomal_links
 from lookback.attribution import agreement, attribute
 from lookback.data import read_parallel
-from lookback.device import cpu_name
 from lookback.diagnostics import diagnostics_by_length
 from lookback.faithfulness import faithfulness
-from lookback.study import load_study
 from lookback.translator import Translator
 
-HERE = Path(__file__).parent
-p = argparse.ArgumentParser()
-p.add_argument("--models", help="comma-separated study models (default: every trained one)")
+p = parser("results.json")
 p.add_argument("--attribution", type=int, default=40, help="sentences for integrated gradients")
-p.add_argument("--limit", type=int, default=0, help="only the first N test pairs (0: all; for a quick try)")
 p.add_argument("--no-eflomal", action="store_true", help="leave out the aligner (for a quick try)")
-p.add_argument("--out", default=str(HERE / "results.json"), help="where the results go")
-p.add_argument("--study", default=str(HERE.parents[1] / "configs" / "study" / "attention_variants.yaml"))
-p.add_argument("--add", action="store_true", help="keep the models already in --out, add these")
 args = p.parse_args()
 
-study = load_study(args.study)
-configs = study.configs(only=args.models.split(",") if args.models else None)
-(spec,) = study.tests
-first = next(iter(configs.values())).data
-src, ref = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
-if args.limit:
-    src, ref = src[: args.limit], ref[: args.limit]
+configs, spec, first, src, ref = study_test_set(args)
 train_src, train_tgt = read_parallel("multi30k:train", first.src_lang, first.tgt_lang, first.multi30k_dir)
 start = time.perf_counter()
 theirs = None if args.no_eflomal else eflomal_links(src, ref, train_src, train_tgt)  # for every model
-results = {
-    "device": f"cpu ({cpu_name()}), {torch.get_num_threads()} threads",
-    "test": spec,
-    "eflomal_seconds": time.perf_counter() - start,
-    "models": {},
-}
-if args.add and Path(args.out).exists():  # measured before: kept, and these models added or replaced
-    results["models"] = json.loads(Path(args.out).read_text(encoding="utf-8"))["models"]
+results = new_results(args, spec, eflomal_seconds=time.perf_counter() - start)
 for name, cfg in configs.items():
     if not (Path(cfg.train.run_dir) / "best.pt").exists():
         print(f"{name}: not trained, skipped")

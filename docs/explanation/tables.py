@@ -97,13 +97,14 @@ table(
     [
         [name]
         + [
-            f"{row['faithfulness'][b]['greedy']['bleu']:.1f} -> {row['faithfulness'][b]['permute']['bleu']:.1f}"
-            if "permute" in row["faithfulness"].get(b, {})
-            else f"{row['faithfulness'][b]['greedy']['bleu']:.1f}"
+            f"{f[b]['greedy']['bleu']:.1f} -> {f[b]['permute']['bleu']:.1f}"
+            if "permute" in f.get(b, {})
+            else f"{f[b]['greedy']['bleu']:.1f}"
             for b in buckets(first)
-            if b in row["faithfulness"]
+            if b in f
         ]
         for name, row in models.items()
+        for f in [row["faithfulness"]]
     ],
 )
 
@@ -121,16 +122,18 @@ table(
             name,
             f"{row['integrated_gradients']['sentences']} ({row['integrated_gradients']['tokens']})",
             f"{row['grad_x_input']['kendall_tau']:.2f} / {pct(row['grad_x_input']['same_top'])}",
-            f"{row['integrated_gradients']['kendall_tau']:.2f} / {pct(row['integrated_gradients']['same_top'])}",
-            f"{row['integrated_gradients']['median_gap']:.3f}",
+            f"{ig['kendall_tau']:.2f} / {pct(ig['same_top'])}",
+            f"{ig['median_gap']:.3f}",
         ]
         for name, row in attending.items()
+        for ig in [row["integrated_gradients"]]
     ],
 )
 
 if any("eflomal_agreement" in row for row in attending.values()):
     print(
-        f"Agreement with eflomal (learned in {results['eflomal_seconds']:.0f} s): 1 - AER / precision / recall\n"
+        f"Agreement with eflomal (learned in {results['eflomal_seconds']:.0f} s): "
+        "1 - AER / precision / recall\n"
     )
     table(
         ["model", "agreement (1 - AER)", "precision", "recall"],

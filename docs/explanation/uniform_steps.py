@@ -8,41 +8,23 @@ punctuation or </s>, and the most frequent output pieces. Writes uniform_steps.j
     python docs/explanation/uniform_steps.py [--models scaled_dot,additive] [--limit N] [--add]
 """
 
-import argparse
 import json
 import math
 from collections import Counter
 from pathlib import Path
 
 import torch
+from common import new_results, parser, study_test_set
 
 from lookback.batch import pad
-from lookback.data import read_parallel
-from lookback.device import cpu_name
 from lookback.diagnostics import NEAR_UNIFORM, is_parking
 from lookback.faithfulness import Counterfactual, decode, step_effects
-from lookback.study import load_study
 from lookback.translator import Translator
 
-HERE = Path(__file__).parent
 PEAKED = 0.3
-p = argparse.ArgumentParser()
-p.add_argument("--models", help="comma-separated study models (default: every trained one)")
-p.add_argument("--limit", type=int, default=0, help="only the first N test pairs (0: all)")
-p.add_argument("--out", default=str(HERE / "uniform_steps.json"))
-p.add_argument("--study", default=str(HERE.parents[1] / "configs" / "study" / "attention_variants.yaml"))
-p.add_argument("--add", action="store_true", help="keep the models already in --out, add these")
-args = p.parse_args()
-
-study = load_study(args.study)
-configs = study.configs(only=args.models.split(",") if args.models else None)
-(spec,) = study.tests
-first = next(iter(configs.values())).data
-src, _ = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
-src = src[: args.limit] if args.limit else src
-results = {"device": f"cpu ({cpu_name()}), {torch.get_num_threads()} threads", "test": spec, "models": {}}
-if args.add and Path(args.out).exists():  # measured before: kept, and these models added or replaced
-    results["models"] = json.loads(Path(args.out).read_text(encoding="utf-8"))["models"]
+args = parser("uniform_steps.json").parse_args()
+configs, spec, _, src, _ = study_test_set(args)
+results = new_results(args, spec)
 
 
 def group(entropy: float) -> str:
