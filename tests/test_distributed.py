@@ -131,6 +131,23 @@ def test_a_two_process_checkpoint_resumes_in_one_process_with_the_same_global_ba
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_two_processes_train_from_a_token_store_as_from_memory(runs):
+    """data.store under torchrun: rank 0 builds the store, both read it, and the run is the same."""
+    tmp = runs["tmp"]
+    raw = raw_config(tmp, "stored")
+    raw["data"].update({"store": True, "cache_dir": str(tmp / "cache")})
+    raw["data"]["train"] = str(tmp / "data" / "train")  # the files the straight run trained on
+    path = tmp / "stored.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    torchrun(path)
+    assert len(list((tmp / "cache").iterdir())) == 1
+    losses = [r["loss"] for r in records(runs["straight"], "train")]
+    assert [r["loss"] for r in records(tmp / "stored", "train")] == losses
+    a, b = weights(runs["straight"]), weights(tmp / "stored")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_an_update_needs_enough_batches_in_an_epoch(tmp_path):
     trainer = Trainer(from_dict(raw_config(tmp_path, "run", accumulate=6)))  # five batches an epoch
     with pytest.raises(ValueError, match=r"makes 5 batches per epoch, fewer than the 6 of one update"):
