@@ -1,0 +1,120 @@
+"""python -m bench.store: training memory and speed from an on-disk token store (data.store).
+
+Three measurements, each in a fresh process so that its peak memory is its own:
+
+1. a synthetic corpus of --pairs pairs (a toy lexicon, 4-30 words a side, written as
+   prefix files), trained from with `data.store: true` for --steps updates: the one-off
+   tokenisation into the store (seconds), peak RSS while training, target tokens/s;
+2. the same with a tenth of the pairs: peak RSS must not grow with the corpus;
+3. Multi30k's train split, in memory and from a store, --steps updates each: tokens/s.
+
+Writes bench/results/store.json with the CPU named:
+
+    python -m bench.store [--pairs 5000000] [--steps 200] [--out bench/results/store.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .common import cpu_model, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = [f"w{i}" for i in range(2000)]
+
+
+def write_synthetic(prefix: Path, pairs: int, seed: int = 1) -> None:
+    """prefix.en / prefix.fr: random sentences of a 2,000-word lexicon, the French word for
+    word (w12 -> v12), 4 to 30 words."""
+    rng = random.Random(seed)
+    with open(f"{prefix}.en", "w", encoding="utf-8") as en, open(f"{prefix}.fr", "w", encoding="utf-8") as fr:
+        for _ in range(pairs):
+            words = rng.choices(WORDS, k=rng.randint(4, 30))
+            en.write(" ".join(words) + "\n")
+            fr.write(" ".join(w.replace("w", "v") for w in words) + "\n")
+
+
+def train_once(config: dict, folder: Path) -> dict:
+    """Train in a child process; its peak RSS (ru_maxrss of the child), wall time and the
+    tokens/s of its log."""
+    path = folder / f"{config['train']['run_dir'].rsplit('/', 1)[-1]}.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    code = (
+        "import json, sys, logging; logging.basicConfig(level=logging.INFO);"
+        "from lookback.config import from_dict; from lookback.train import train;"
+        f"train(from_dict(json.load(open({str(path)!r}))));"
+        "import resource; print('PEAK_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    peak = int(done.stdout.split("PEAK_KIB")[-1].split()[0])  # the child's own peak RSS, KiB (Linux)
+    run = Path(config["train"]["run_dir"])
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    rates = [r["tokens_per_s"] for r in records if r["kind"] == "train"][1:]  # after the first window
+    store = [line for line in done.stderr.splitlines() if "store:" in line and "tokenised into" in line]
+    return {
+        "wall_seconds": round(wall, 1),
+        "peak_rss_mib": round(peak / 1024, 1),
+        "tokens_per_s": round(sum(rates) / len(rates)) if rates else None,
+        "store_line": store[-1] if store else None,
+    }
+
+
+def config(data: dict, run_dir: Path, steps: int, cache: Path, store: bool) -> dict:
+    return {
+        "data": {**data, "store": store, "cache_dir": str(cache), "max_len": 100},
+        "tokenizer": {"vocab_size": 8000, "sample": 200_000},
+        "model": {"emb_size": 128, "hidden_size": 128, "dec_hidden_size": 256, "attention": "additive"},
+        "train": {
+            "run_dir": str(run_dir),
+            "max_steps": steps,
+            "valid_every": 10**9,
+            "log_every": 10,
+            "max_tokens": 1000,
+            "probe": 0,
+            "early_stopping": 0,
+        },
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--pairs", type=int, default=5_000_000)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "store.json"))
+    args = p.parse_args()
+    results = {"cpu": cpu_model(), "threads": os.cpu_count(), "pairs": args.pairs, "steps": args.steps}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for label, n in (("synthetic", args.pairs), ("synthetic_tenth", args.pairs // 10)):
+            start = time.perf_counter()
+            write_synthetic(tmp / label, n)
+            valid = tmp / f"{label}_valid"
+            write_synthetic(valid, 200, seed=2)
+            written = time.perf_counter() - start
+            data = {"train": str(tmp / label), "valid": str(valid), "src_lang": "en", "tgt_lang": "fr"}
+            row = train_once(config(data, tmp / f"run_{label}", args.steps, tmp / "cache", True), tmp)
+            results[label] = {"pairs": n, "write_seconds": round(written, 1), **row}
+            print(label, results[label], flush=True)
+        multi30k = {"train": "multi30k:train", "valid": "multi30k:val"}
+        for label, store in (("multi30k_memory", False), ("multi30k_store", True)):
+            cfg = config(multi30k, tmp / f"run_{label}", args.steps, tmp / "cache", store)
+            results[label] = train_once(cfg, tmp)
+            print(label, results[label], flush=True)
+    write_json(Path(args.out), results)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
