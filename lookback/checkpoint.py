@@ -152,6 +152,30 @@ def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def load_run(run_dir: str | Path, checkpoint: str = "best") -> tuple[Any, Config, Any, Any, dict, Path]:
+    """A run directory's model as its checkpoint's config builds it: (model, config, source and
+    target tokenizers, the checkpoint's state, its path). `checkpoint` "best" falls back to
+    last.pt; weights that do not fit the config are a one-line CheckpointError naming them."""
+    from .model import build_model  # here: the model imports nothing of this module's users
+    from .tokenizer import load_tokenizers
+
+    run_dir = Path(run_dir)
+    path = run_dir / f"{checkpoint}.pt"
+    if checkpoint == "best" and not path.exists():
+        path = run_dir / "last.pt"
+    state = load_checkpoint(path)
+    cfg = from_dict(state["config"], source=str(path))
+    src_tok, tgt_tok = load_tokenizers(run_dir)
+    model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:  # torch's first line names only the class; the next, what differs
+        details = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+        reason = details[0][:200] if details else first_line(exc)
+        raise CheckpointError(f"{path}: weights do not fit the model of its config ({reason})") from None
+    return model, cfg, src_tok, tgt_tok, state, path
+
+
 def require_tensorboard() -> None:
     """train.tensorboard needs the tensorboard package: say so in one line, before any work."""
     try:

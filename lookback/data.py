@@ -110,25 +110,32 @@ def _prefix_path(prefix: str, lang: str) -> Path:
     return gzipped
 
 
-def _drop_bad_pairs(src: list[str], tgt: list[str], where: str) -> tuple[list[str], list[str]]:
-    """Skip the pairs that are not sentence pairs, with a warning that counts each kind.
-
-    An empty side leaves nothing to translate from, or nothing to learn; a side over
-    MAX_CHARS characters is a document or a file that is not text, not a sentence.
-    """
-    pairs = [(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()]
-    empty = len(src) - len(pairs)
-    kept = [(s, t) for s, t in pairs if len(s) <= MAX_CHARS and len(t) <= MAX_CHARS]
+def _good_pairs(pairs: Iterable[tuple[str, str]], where: str) -> Iterator[tuple[str, str]]:
+    """The pairs that are sentence pairs, one at a time; the others are skipped, with a warning at
+    the end that counts each kind. An empty side leaves nothing to translate from, or nothing to
+    learn; a side over MAX_CHARS characters is a document or a file that is not text."""
+    empty = too_long = kept = 0
+    for s, t in pairs:
+        if not (s.strip() and t.strip()):
+            empty += 1
+        elif len(s) > MAX_CHARS or len(t) > MAX_CHARS:
+            too_long += 1
+        else:
+            kept += 1
+            yield s, t
     if empty:
         logger.warning("skipped %d pairs with an empty side in %s", empty, where)
-    if len(kept) < len(pairs):
-        too_long = len(pairs) - len(kept)
+    if too_long:
         logger.warning("skipped %d pairs with a side over %d characters in %s", too_long, MAX_CHARS, where)
     if not kept:
         raise DataError(
             f"{where}: no sentence pairs with text on both sides (of at most {MAX_CHARS} characters)"
         )
-    return [s for s, _ in kept], [t for _, t in kept]
+
+
+def _drop_bad_pairs(src: list[str], tgt: list[str], where: str) -> tuple[list[str], list[str]]:
+    """`_good_pairs` of two aligned lists, as two lists."""
+    return _unzip(_good_pairs(zip(src, tgt, strict=True), where))
 
 
 def concat_pairs(src: list[str], tgt: list[str], k_lo: int, k_hi: int) -> tuple[list[str], list[str]]:
@@ -171,7 +178,7 @@ def read_parallel(
             raise DataError(f"{spec}: {inner} has fewer than {k_lo} pairs, too few to join")
         return src, tgt
     if spec.startswith("hf:"):
-        return _drop_bad_pairs(*_unzip(_hf_pairs(spec, src_lang, tgt_lang)), spec)
+        return _unzip(_good_pairs(_hf_pairs(spec, src_lang, tgt_lang), spec))
     if spec.startswith("multi30k:"):
         directory = multi30k_dir(multi30k)
         src_path, tgt_path = multi30k_paths(spec.split(":", 1)[1], [src_lang, tgt_lang], directory)
@@ -220,23 +227,7 @@ def iter_parallel(
     else:
         src_path, tgt_path = _prefix_path(spec, src_lang), _prefix_path(spec, tgt_lang)
         pairs, where = _aligned(src_path, tgt_path), f"{src_path} / {tgt_path}"
-    empty = too_long = kept = 0
-    for s, t in pairs:
-        if not (s.strip() and t.strip()):
-            empty += 1
-        elif len(s) > MAX_CHARS or len(t) > MAX_CHARS:
-            too_long += 1
-        else:
-            kept += 1
-            yield s, t
-    if empty:
-        logger.warning("skipped %d pairs with an empty side in %s", empty, where)
-    if too_long:
-        logger.warning("skipped %d pairs with a side over %d characters in %s", too_long, MAX_CHARS, where)
-    if not kept:
-        raise DataError(
-            f"{where}: no sentence pairs with text on both sides (of at most {MAX_CHARS} characters)"
-        )
+    yield from _good_pairs(pairs, where)
 
 
 def _aligned(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:

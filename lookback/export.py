@@ -26,11 +26,11 @@ from pathlib import Path
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from .checkpoint import load_checkpoint
-from .config import Config, from_dict, load_config, save_config
+from .checkpoint import load_run
+from .config import Config, load_config, save_config
 from .errors import CheckpointError
 from .model import Seq2Seq, build_model, count_parameters
-from .tokenizer import load_tokenizers
+from .tokenizer import Tokenizer, load_tokenizers
 
 WEIGHTS = "model.safetensors"
 FILES = (WEIGHTS, "config.yaml", "tokenizer.json", "model.json", "README.md")
@@ -41,8 +41,8 @@ def is_export(folder: str | Path) -> bool:
     return (Path(folder) / WEIGHTS).is_file()
 
 
-def load_export(folder: str | Path) -> tuple[Seq2Seq, Config]:
-    """The model and config of an export, read without unpickling anything."""
+def load_export(folder: str | Path) -> tuple[Seq2Seq, Config, Tokenizer, Tokenizer]:
+    """The model, config and tokenizers of an export, read without unpickling anything."""
     folder = Path(folder)
     cfg = load_config(folder / "config.yaml")
     src_tok, tgt_tok = load_tokenizers(folder)
@@ -56,7 +56,7 @@ def load_export(folder: str | Path) -> tuple[Seq2Seq, Config]:
     if missing or unexpected:
         what = f"missing {', '.join(missing)}" if missing else f"unexpected {', '.join(unexpected)}"
         raise CheckpointError(f"{path}: weights do not fit the model of config.yaml ({what[:200]})")
-    return model.eval(), cfg
+    return model.eval(), cfg, src_tok, tgt_tok
 
 
 def export(run_dir: str | Path, out: str | Path, checkpoint: str = "best", test: dict | None = None) -> dict:
@@ -67,14 +67,7 @@ def export(run_dir: str | Path, out: str | Path, checkpoint: str = "best", test:
         raise ValueError(f"{out}: the export must go to a directory of its own, not the run directory")
     if out.exists() and any(out.iterdir()) and not is_export(out):
         raise ValueError(f"{out}: exists and is not an export; choose a new or empty directory")
-    path = run_dir / f"{checkpoint}.pt"
-    if checkpoint == "best" and not path.exists():
-        path = run_dir / "last.pt"
-    state = load_checkpoint(path)  # our own run's pickle, checked as every checkpoint is
-    cfg = from_dict(state["config"], source=str(path))
-    src_tok, tgt_tok = load_tokenizers(run_dir)
-    model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
-    model.load_state_dict(state["model"])
+    model, cfg, _, _, state, path = load_run(run_dir, checkpoint)  # our own run's checked pickle
     out.mkdir(parents=True, exist_ok=True)
     save_model(model, str(out / WEIGHTS), metadata={"format": "pt", "source": path.name})
     save_config(cfg, out / "config.yaml")

@@ -38,6 +38,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -160,14 +161,14 @@ def build_store(
                 if not src_ids:
                     continue
                 kept += len(src_ids)
+                sizes = []
                 for side, ids, out in ((0, src_ids, src_bin), (1, tgt_ids, tgt_bin)):
-                    sizes = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-                    out.write(
-                        np.fromiter((i for row in ids for i in row), dtype=dtype, count=int(sizes.sum()))
-                    )
-                    offsets[side].append(totals[side] + np.cumsum(sizes))
-                    totals[side] += int(sizes.sum())
-                lengths.append(np.stack([np.fromiter(map(len, x), np.int32) for x in (src_ids, tgt_ids)], 1))
+                    n = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # (pairs,)
+                    out.write(np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(n.sum())))
+                    offsets[side].append(totals[side] + np.cumsum(n))
+                    totals[side] += int(n.sum())
+                    sizes.append(n)
+                lengths.append(np.stack(sizes, 1).astype(np.int32))  # (pairs, 2)
         if not kept:
             raise ValueError(
                 f"{folder}: no pair of the corpus is left after tokenisation (max_len {max_len})"

@@ -59,6 +59,7 @@ from .config import (
 )
 from .cost import step_flops
 from .coverage import coverage_report
+from .curves import history, read_metrics
 from .data import read_parallel
 from .device import cpu_name
 from .diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
@@ -361,9 +362,9 @@ LEVELS = (20, 30, 40, 45, 50)  # validation BLEU levels whose first minute the l
 
 def validation_curve(run_dir: str | Path) -> tuple[list[dict], float | None]:
     """A run's validation records (from metrics.jsonl) and its median training tokens/s."""
-    records = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x]
-    speeds = sorted(r["tokens_per_s"] for r in records if r["kind"] == "train" and "tokens_per_s" in r)
-    return [r for r in records if r["kind"] == "valid"], speeds[len(speeds) // 2] if speeds else None
+    records = read_metrics(run_dir)  # as the run finally went: a resume's repeated updates once
+    speeds = sorted(r["tokens_per_s"] for r in history(records, "train") if "tokens_per_s" in r)
+    return history(records, "valid"), speeds[len(speeds) // 2] if speeds else None
 
 
 def learning_rows(configs: dict[str, Config]) -> list[dict]:

@@ -16,16 +16,16 @@ import torch
 from torch import Tensor
 
 from .batch import pad
-from .checkpoint import load_checkpoint
-from .config import Config, DecodeConfig, from_dict, search_width
+from .checkpoint import load_run
+from .config import Config, DecodeConfig, search_width
 from .decoder import Decoder
 from .device import autocast, resolve_precision
 from .ensemble import Ensemble
-from .errors import CheckpointError, first_line
+from .errors import CheckpointError
 from .export import is_export, load_export
-from .model import Seq2Seq, build_model
+from .model import Seq2Seq
 from .search import Hypothesis, beam_search, greedy
-from .tokenizer import EOS, Tokenizer, load_tokenizers
+from .tokenizer import EOS, Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -71,26 +71,12 @@ class Translator:
     ) -> Translator:
         """Rebuild model, tokenizers and decoding settings from a run directory, or from an
         exported model (`lookback export`: safetensors weights, read without any pickle)."""
-        run_dir = Path(run_dir)
         if is_export(run_dir):
             if checkpoint != "best":
                 raise CheckpointError(f"{run_dir}: an export has one set of weights, no {checkpoint!r}")
-            model, cfg = load_export(run_dir)
-            src_tok, tgt_tok = load_tokenizers(run_dir)
-            return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
-        path = run_dir / f"{checkpoint}.pt"
-        if checkpoint == "best" and not path.exists():
-            path = run_dir / "last.pt"
-        state = load_checkpoint(path)
-        cfg: Config = from_dict(state["config"], source=str(path))
-        src_tok, tgt_tok = load_tokenizers(run_dir)
-        model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
-        try:
-            model.load_state_dict(state["model"])
-        except RuntimeError as exc:  # torch's first line names only the class; the next, what differs
-            details = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
-            reason = details[0][:200] if details else first_line(exc)
-            raise CheckpointError(f"{path}: weights do not fit the model of its config ({reason})") from None
+            model, cfg, src_tok, tgt_tok = load_export(run_dir)
+        else:
+            model, cfg, src_tok, tgt_tok, _, _ = load_run(run_dir, checkpoint)
         return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
 
     @classmethod
