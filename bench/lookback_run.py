@@ -121,12 +121,20 @@ def _cuda_peak(device) -> int | None:
 
 
 def translate(spec: dict[str, Any]) -> dict[str, Any]:
-
+    """The test set, greedy and beam 5. bench.decoding's specs add `model_dir` (an export),
+    `backend`, `quantize`, `tag` (in the hypothesis files' names) and `hyp_dir`."""
     from lookback.translator import Translator
 
     device = _device(spec)
+    system = spec.get("system", "lookback")
+    model_dir = spec.get("model_dir") or Path(spec["out_dir"]) / system
     translator = Translator.load(
-        Path(spec["out_dir"]) / spec.get("system", "lookback"), "last", device=device
+        model_dir,
+        "best" if spec.get("model_dir") else "last",
+        device=device,
+        backend=spec.get("backend", "torch"),
+        quantize=spec.get("quantize"),
+        threads=spec["threads"],
     )
     translator.decode.batch_size = spec["decode_batch_size"]
     data = Path(spec["data_dir"])
@@ -135,6 +143,7 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
     warm = read_lines(data / f"warmup.{settings.SRC_LANG}")
     translator.translate(warm, beam=1)  # first calls allocate and pick kernels: not timed
     figures: dict[str, Any] = {"sentences": len(src)}
+    hyp_dir = Path(spec.get("hyp_dir") or spec["out_dir"])
     for beam in spec["beams"]:
 
         def run(beam=beam):
@@ -144,9 +153,8 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
             _sync(device)
             return out
 
-        figures[f"beam{beam}"] = timed_translation(
-            run, refs, Path(spec["out_dir"]) / f"{spec.get('system', 'lookback')}.beam{beam}.txt"
-        )
+        out = hyp_dir / f"{system}{spec.get('tag', '')}.beam{beam}.txt"
+        figures[f"beam{beam}"] = timed_translation(run, refs, out)
     figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
     return figures
 

@@ -10,7 +10,7 @@
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback takeoff RUN_DIR [RUN_DIR ...] -o takeoff.png   (attention statistics beside BLEU)
     lookback curves RUN_DIR [RUN_DIR ...] -o curves.png     (loss and BLEU by updates and minutes)
-    lookback export RUN_DIR -o DIR [--test SPEC]            (a model to share: safetensors, no pickle)
+    lookback export RUN_DIR -o DIR [--test SPEC] [--onnx]   (a model to share: safetensors, no pickle)
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
     lookback serve RUN_DIR [RUN_DIR ...] [--port 8000]
@@ -39,6 +39,7 @@ from tqdm import tqdm
 from .config import load_config, search_width
 from .distributed import is_main
 from .errors import CheckpointError, ConfigError, DataError, first_line
+from .runtime import BACKENDS, QUANTIZE
 from .synth import DEFAULT_SIZES, SPLITS, TASKS, parse_lengths, synth_corpus
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)
@@ -72,11 +73,21 @@ def _translator(args: argparse.Namespace):
 
     device = resolve_device(args.device, "--device")
     run_dirs = [args.run_dir] if "run_dir" in args else args.run_dirs  # several: an ensemble
-    translator = Translator.ensemble(run_dirs, args.checkpoint, device, args.precision)
+    fast = (
+        dict(backend=args.backend, quantize=args.quantize, threads=args.threads) if "backend" in args else {}
+    )
+    if fast.get("threads"):
+        import torch
+
+        torch.set_num_threads(args.threads)
+    translator = Translator.ensemble(run_dirs, args.checkpoint, device, args.precision, **fast)
     for key in ("length_penalty", "max_ratio", "hard_attention", "coverage_penalty"):  # this run only
         if getattr(args, key, None) is not None:
             setattr(translator.decode, key, getattr(args, key))
-    print(f"lookback: {describe(translator.device, translator.precision)}", file=sys.stderr)
+    where = describe(translator.device, translator.precision)
+    if fast and (args.backend != "torch" or args.quantize):
+        where += f"; backend {args.backend}{', int8 weights' if args.quantize else ''}"
+    print(f"lookback: {where}", file=sys.stderr)
     return translator
 
 
@@ -366,9 +377,10 @@ def cmd_export(args: argparse.Namespace) -> None:
             "bleu_signature": s.bleu_signature,
             "chrf_signature": s.chrf_signature,
         }
-    info = export(args.run_dir, args.output, args.checkpoint, test)
+    info = export(args.run_dir, args.output, args.checkpoint, test, onnx=args.onnx)
     scores = f"; test BLEU {test['bleu']:.2f} on {test['spec']}, beam {test['beam']}" if test else ""
-    print(f"wrote {args.output}: {info['parameters']:,} parameters from {info['checkpoint']}{scores}")
+    graphs = "; ONNX graphs (fp32 and int8) in onnx/" if args.onnx else ""
+    print(f"wrote {args.output}: {info['parameters']:,} parameters from {info['checkpoint']}{scores}{graphs}")
 
 
 def cmd_average(args: argparse.Namespace) -> None:
@@ -551,6 +563,18 @@ def _add_model_flags(
         )
 
 
+def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    """--backend, --quantize and --threads: fast CPU decoding (runtime.py)."""
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="torch",
+        help="onnxruntime: run the network on ONNX Runtime (an export's --onnx graphs, or exported now)",
+    )
+    p.add_argument("--quantize", choices=QUANTIZE, help="int8: dynamic int8 quantisation of the weights")
+    p.add_argument("--threads", type=nonnegative_int, default=0, help="CPU threads (0: one per core)")
+
+
 def _add_hypothesis(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hypothesis",
@@ -610,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("translate", help="translate stdin to stdout")
     _add_model_flags(p, nargs="ensemble")
+    _add_runtime_flags(p)
     p.add_argument(
         "--nbest",
         type=positive_int,
@@ -620,6 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="translate a test set and score it")
     _add_model_flags(p, nargs="ensemble")
+    _add_runtime_flags(p)
     p.add_argument("--test", help="corpus spec, e.g. multi30k:test_2016_flickr (default: data.test)")
     p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
     p.add_argument("--output", help="write the translations to this file")
@@ -720,6 +746,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default="best", help="best, last, averaged or step_N (default best)")
     p.add_argument("--test", help="also score this test set (corpus spec) and put it in the model card")
     p.add_argument("--beam", type=positive_int, help="beam size for --test (default: the run's decode.beam)")
+    p.add_argument(
+        "--onnx",
+        action="store_true",
+        help="also write the encoder and decoder step as ONNX graphs, fp32 and int8 (--backend onnxruntime)",
+    )
     p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
     p.set_defaults(func=cmd_export)
 

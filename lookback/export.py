@@ -11,6 +11,7 @@ only training needs. An export holds:
     tokenizer.json      the tokenizers' manifest, and the files it names
     model.json          where the weights come from: steps, minutes, validation and test scores
     README.md           the model card: data, size, scores with their signatures, how to use it
+    onnx/               with --onnx: encoder and decoder step as ONNX graphs, fp32 and int8
 
 `Translator.load` (and so translate, evaluate, serve, explain, attention)
 takes an export wherever it takes a run directory, and reads it with no
@@ -30,6 +31,7 @@ from .checkpoint import load_run
 from .config import Config, load_config, save_config
 from .errors import CheckpointError
 from .model import Seq2Seq, build_model, count_parameters
+from .runtime import ONNX_DIR, export_onnx
 from .tokenizer import Tokenizer, load_tokenizers
 
 WEIGHTS = "model.safetensors"
@@ -59,9 +61,16 @@ def load_export(folder: str | Path) -> tuple[Seq2Seq, Config, Tokenizer, Tokeniz
     return model.eval(), cfg, src_tok, tgt_tok
 
 
-def export(run_dir: str | Path, out: str | Path, checkpoint: str = "best", test: dict | None = None) -> dict:
+def export(
+    run_dir: str | Path,
+    out: str | Path,
+    checkpoint: str = "best",
+    test: dict | None = None,
+    onnx: bool = False,
+) -> dict:
     """Write the export of `run_dir`'s `checkpoint` to `out`; `test` (from `evaluate.score`, with
-    its spec and beam) goes into the card. Returns what model.json holds."""
+    its spec and beam) goes into the card; with `onnx`, the ONNX graphs go into out/onnx/
+    (runtime.py). Returns what model.json holds."""
     run_dir, out = Path(run_dir), Path(out)
     if out.resolve() == run_dir.resolve():
         raise ValueError(f"{out}: the export must go to a directory of its own, not the run directory")
@@ -70,6 +79,10 @@ def export(run_dir: str | Path, out: str | Path, checkpoint: str = "best", test:
     model, cfg, _, _, state, path = load_run(run_dir, checkpoint)  # our own run's checked pickle
     out.mkdir(parents=True, exist_ok=True)
     save_model(model, str(out / WEIGHTS), metadata={"format": "pt", "source": path.name})
+    if (out / ONNX_DIR).is_dir():
+        shutil.rmtree(out / ONNX_DIR)  # an earlier export's graphs are of other weights
+    if onnx:
+        export_onnx(model, out / ONNX_DIR)
     save_config(cfg, out / "config.yaml")
     manifest = json.loads((run_dir / "tokenizer.json").read_text(encoding="utf-8"))
     for name in {"tokenizer.json", manifest["src"], manifest["tgt"]}:
@@ -83,6 +96,7 @@ def export(run_dir: str | Path, out: str | Path, checkpoint: str = "best", test:
         "parameters": count_parameters(model),
         "languages": [cfg.data.src_lang, cfg.data.tgt_lang],
         "test": test,
+        "onnx": sorted(p.name for p in (out / ONNX_DIR).glob("*.onnx")) if onnx else [],
     }
     (out / "model.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     (out / "README.md").write_text(model_card(cfg, info, manifest), encoding="utf-8")
@@ -134,6 +148,11 @@ def model_card(cfg: Config, info: dict, manifest: dict) -> str:
         "```bash",
         f'echo "A sentence in {src}." | lookback translate THIS_DIRECTORY --beam {cfg.decode.beam}',
         "lookback serve THIS_DIRECTORY   # the attention explorer",
+        *(
+            ["lookback translate THIS_DIRECTORY --backend onnxruntime --quantize int8   # onnx/"]
+            if info["onnx"]
+            else []
+        ),
         "```",
         "",
         "```python",

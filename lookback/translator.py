@@ -24,6 +24,7 @@ from .ensemble import Ensemble
 from .errors import CheckpointError
 from .export import is_export, load_export
 from .model import Seq2Seq
+from .runtime import ONNX_DIR, fast_model, search_threads
 from .search import Hypothesis, beam_search, greedy
 from .tokenizer import EOS, Tokenizer
 
@@ -68,15 +69,32 @@ class Translator:
         checkpoint: str = "best",
         device: str | torch.device = "cpu",
         precision: str | None = None,
+        backend: str = "torch",
+        quantize: str | None = None,
+        threads: int = 0,
     ) -> Translator:
         """Rebuild model, tokenizers and decoding settings from a run directory, or from an
-        exported model (`lookback export`: safetensors weights, read without any pickle)."""
+        exported model (`lookback export`: safetensors weights, read without any pickle).
+
+        backend "onnxruntime" runs the network on ONNX Runtime (the export's onnx/ graphs, or
+        graphs exported now); quantize "int8" quantises its weights (runtime.py); `threads`
+        are ONNX Runtime's (0: as many as PyTorch uses). Both run on the CPU only.
+        """
         if is_export(run_dir):
             if checkpoint != "best":
                 raise CheckpointError(f"{run_dir}: an export has one set of weights, no {checkpoint!r}")
             model, cfg, src_tok, tgt_tok = load_export(run_dir)
         else:
             model, cfg, src_tok, tgt_tok, _, _ = load_run(run_dir, checkpoint)
+        if backend != "torch" or quantize:  # fp32 and int8 arithmetic: no autocast
+            if (precision or cfg.decode.precision) not in ("auto", "fp32"):
+                raise ValueError(
+                    f"backend {backend}, quantize {quantize}: computes in fp32 and int8, not "
+                    f"{precision or cfg.decode.precision}; set --precision fp32"
+                )
+            graphs = Path(run_dir) / ONNX_DIR if is_export(run_dir) else None
+            model = fast_model(model, backend, quantize, threads, torch.device(device), graphs)
+            precision = "fp32"
         return cls(model, src_tok, tgt_tok, cfg.decode, cfg, device=device, precision=precision)
 
     @classmethod
@@ -86,12 +104,17 @@ class Translator:
         checkpoint: str = "best",
         device: str | torch.device = "cpu",
         precision: str | None = None,
+        backend: str = "torch",
+        quantize: str | None = None,
+        threads: int = 0,
     ) -> Translator:
         """Several runs that translate as one (lookback.ensemble): the mean of their next-token
         distributions. They must share their tokenizers; the first run's decode settings apply."""
         if len(run_dirs) == 1:
-            return cls.load(run_dirs[0], checkpoint, device, precision)
-        first, *others = [cls.load(d, checkpoint) for d in run_dirs]
+            return cls.load(run_dirs[0], checkpoint, device, precision, backend, quantize, threads)
+        first, *others = [
+            cls.load(d, checkpoint, device, precision, backend, quantize, threads) for d in run_dirs
+        ]
         for run_dir, t in zip(run_dirs[1:], others, strict=True):
             differs = [
                 what
@@ -114,7 +137,7 @@ class Translator:
             first.decode,
             first.config,
             device=device,
-            precision=precision,
+            precision=first.precision,
         )
 
     def translate(
@@ -134,9 +157,11 @@ class Translator:
         nbest = nbest or self.decode.nbest
         beam = search_width(beam or self.decode.beam, nbest)
         length_penalty = self.decode.length_penalty if length_penalty is None else length_penalty
-        for module in self.model.modules():  # decode.hard_attention, as set now
-            if isinstance(module, Decoder):
-                module.hard_attention = self.decode.hard_attention
+        decoders = [m for m in self.model.modules() if isinstance(m, Decoder)]
+        if self.decode.hard_attention and not decoders:
+            raise ValueError("hard attention is not in the ONNX graphs: translate with --backend torch")
+        for module in decoders:  # decode.hard_attention, as set now
+            module.hard_attention = self.decode.hard_attention
         ids = self.source_ids(sentences)
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
@@ -145,7 +170,7 @@ class Translator:
             chunk = order[start : start + self.decode.batch_size]  # similar lengths together
             src, src_len = pad([ids[i] for i in chunk])
             src, src_len, ratio = src.to(self.device), src_len.to(self.device), self.decode.max_ratio
-            with autocast(self.device, self.precision):
+            with autocast(self.device, self.precision), search_threads(self.model):
                 first = greedy(self.model, src, src_len, ratio)
                 if beam == 1 and nbest == 1:
                     hyps = [[h] for h in first]

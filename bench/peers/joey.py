@@ -346,7 +346,7 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
     refs = read_lines(data / f"{spec['test']}.{spec['tgt_lang']}")
     figures: dict[str, Any] = {"sentences": len(test_data)}
     for beam in spec["beams"]:
-        out = Path(spec["out_dir"]) / f"joey.beam{beam}.txt"
+        out = Path(spec.get("hyp_dir") or spec["out_dir"]) / f"joey{spec.get('tag', '')}.beam{beam}.txt"
         figures[f"beam{beam}"] = timed_translation(partial(run, test_data, beam), refs, out)
     figures["peak_cuda_allocated_bytes"] = (
         torch.cuda.max_memory_allocated(args.device) if args.device.type == "cuda" else None

@@ -1,0 +1,165 @@
+"""python -m bench.decoding RUN: fast CPU decoding against Joey NMT, on one bench run's weights.
+
+    python -m bench.decoding ~/.cache/lookback/bench/runs/STAMP/feed [--threads 1 2]
+
+RUN is a configuration folder of a full `python -m bench` run: it holds
+both systems' weights after the same training budget. Translating needs no
+training, so this measures decoding alone, again, in one run: for each
+thread count, Joey NMT, then lookback on each backend (PyTorch, ONNX
+Runtime) in fp32 and int8, each in a fresh process (its peak RSS its own),
+on test_2016_flickr, greedy and beam 5. lookback reads an export of its
+weights (`lookback export --onnx`, made once into RUN/lookback.export),
+as a deployment would.
+
+It prints a table and writes bench/results/<stamp>_<device>_decoding.json:
+per combination, sentences/s, BLEU, peak RSS, the ratio of beam-5
+sentences/s to Joey's at the same thread count, and how many outputs
+differ from lookback's PyTorch fp32 outputs at that thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .__main__ import JOEY_VENV, RESULTS, machine, run_child, versions
+from .common import read_json, read_lines, write_json
+
+COMBOS = [("torch", None), ("torch", "int8"), ("onnxruntime", None), ("onnxruntime", "int8")]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.decoding", description=__doc__.split("\n")[0])
+    ap.add_argument("run", type=Path, help="a configuration folder of a full bench run (spec.json, weights)")
+    ap.add_argument("--system", default="lookback", help="which lookback system's weights (lookback, recipe)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default 1 2)")
+    ap.add_argument("--joey-venv", type=Path, default=JOEY_VENV)
+    ap.add_argument("--results-dir", type=Path, default=RESULTS)
+    return ap.parse_args(argv)
+
+
+def export_weights(run: Path, system: str) -> Path:
+    """RUN/SYSTEM's last.pt as an export with ONNX graphs (made once)."""
+    out = run / f"{system}.export"
+    if not (out / "onnx" / "decoder.int8.onnx").is_file():
+        cmd = [sys.executable, "-m", "lookback", "export", str(run / system), "-o", str(out)]
+        subprocess.run([*cmd, "--checkpoint", "last", "--onnx"], check=True)
+    return out
+
+
+def differing(a: Path, b: Path) -> int | None:
+    """How many lines of two hypothesis files differ (None when one is missing)."""
+    if not (a.is_file() and b.is_file()):
+        return None
+    return sum(x != y for x, y in zip(read_lines(a), read_lines(b), strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spec = read_json(args.run / "spec.json")
+    stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    hyp_dir = args.run / f"decoding_{stamp}"
+    hyp_dir.mkdir()
+    model_dir = export_weights(args.run, args.system)
+    load_start = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    for threads in args.threads:
+        jobs = [("joey", "", {"system": "joey"})]
+        for backend, quantize in COMBOS:
+            slug = f".{backend}{'_int8' if quantize else ''}"
+            extra = {
+                "system": args.system,
+                "model_dir": str(model_dir),
+                "backend": backend,
+                "quantize": quantize,
+            }
+            jobs.append((f"lookback {backend}{' int8' if quantize else ''}", slug, extra))
+        for name, slug, extra in jobs:
+            system, tag = extra["system"], f"{slug}.t{threads}"
+            child = {**spec, **extra, "threads": threads, "hyp_dir": str(hyp_dir), "tag": tag}
+            path = hyp_dir / f"spec.{system}{tag}.json"
+            write_json(path, child)
+            print(f"bench.decoding: {name}, {threads} thread(s) ...", flush=True)
+            result = run_child(system, "translate", path, hyp_dir, 3600, args.joey_venv)
+            for kind in ("json", "log"):  # run_child names them by system and task: one per job here
+                done = hyp_dir / f"{system}.translate.{kind}"
+                if done.exists():
+                    done.rename(hyp_dir / f"{system}{tag}.translate.{kind}")
+            rows.append({"name": name, "threads": threads, "tag": tag, "system": system, "result": result})
+    record = summarise(rows, hyp_dir)
+    record.update(
+        created=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        machine={**machine(spec["device"]), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
+        versions=versions(),
+        run=str(args.run),
+        model=str(model_dir),
+        test=spec["test"],
+        decode_batch_size=spec["decode_batch_size"],
+    )
+    out = args.results_dir / f"{stamp}_{spec['device']}_decoding.json"
+    write_json(out, record)
+    print_table(record)
+    print(f"written: {out}")
+    return 0 if not record["errors"] else 1
+
+
+def summarise(rows: list[dict[str, Any]], hyp_dir: Path) -> dict[str, Any]:
+    """One entry per combination, with ratios against Joey and output differences from fp32."""
+    table, errors = [], []
+    joey = {r["threads"]: r for r in rows if r["system"] == "joey"}
+    fp32 = {r["threads"]: r for r in rows if r["name"] == "lookback torch"}
+    for r in rows:
+        res, figs = r["result"], r["result"].get("figures") or {}
+        if res.get("error"):
+            errors.append(f"{r['name']}, {r['threads']} thread(s): {res['error']}")
+        entry: dict[str, Any] = {"name": r["name"], "threads": r["threads"], "peak_rss_gb": None}
+        if res.get("peak_rss_bytes"):
+            entry["peak_rss_gb"] = res["peak_rss_bytes"] / 1e9
+        for beam in (1, 5):
+            b = figs.get(f"beam{beam}") or {}
+            entry[f"beam{beam}_sentences_per_s"] = b.get("sentences_per_s")
+            entry[f"beam{beam}_bleu"] = b.get("bleu")
+            j = ((joey.get(r["threads"]) or {}).get("result", {}).get("figures") or {}).get(
+                f"beam{beam}"
+            ) or {}
+            mine, theirs = b.get("sentences_per_s"), j.get("sentences_per_s")
+            entry[f"beam{beam}_vs_joey"] = mine / theirs if mine and theirs else None
+            if r["system"] != "joey" and r["threads"] in fp32:
+                base = hyp_dir / f"{r['system']}{fp32[r['threads']]['tag']}.beam{beam}.txt"
+                entry[f"beam{beam}_differ_from_fp32"] = differing(
+                    hyp_dir / f"{r['system']}{r['tag']}.beam{beam}.txt", base
+                )
+        table.append(entry)
+    return {"schema": 1, "rows": table, "errors": errors, "raw": rows}
+
+
+def print_table(record: dict[str, Any]) -> None:
+    m = record["machine"]
+    where = f"{m['device']} ({m['cpu_model']})"
+    print(f"\ndecoding on {where}, {record['test']}, batch {record['decode_batch_size']}")
+    head = ["system", "thr", "greedy s/s", "beam5 s/s", "x Joey", "BLEU g", "BLEU b5", "differ b5", "RSS GB"]
+    print("".join(f"{h:>12}" if i else f"{h:24}" for i, h in enumerate(head)))
+    for e in record["rows"]:
+        cells = [
+            e["threads"],
+            e["beam1_sentences_per_s"],
+            e["beam5_sentences_per_s"],
+            e["beam5_vs_joey"],
+            e["beam1_bleu"],
+            e["beam5_bleu"],
+            e.get("beam5_differ_from_fp32"),
+            e["peak_rss_gb"],
+        ]
+        text = [f"{c:.2f}" if isinstance(c, float) else "-" if c is None else str(c) for c in cells]
+        print(f"{e['name']:24}" + "".join(f"{t:>12}" for t in text))
+    for error in record["errors"]:
+        print(f"  MISS {error}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
