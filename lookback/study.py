@@ -248,13 +248,19 @@ def compression_rows(cfg: Config, buckets: dict[str, dict]) -> list[dict]:
 
 
 def _baseline(name: str, configs: dict[str, Config]) -> str | None:
-    """The model without attention in the same grid cell as `name`."""
+    """The model without attention in the same grid cell as `name`, and of its encoder size when
+    there are several (a study may vary the fixed context's size); None for one without attention."""
+    if configs[name].model.attention == "none":
+        return None
     cell = name.split("@", 1)[1] if "@" in name else None
-    for other, cfg in configs.items():
-        other_cell = other.split("@", 1)[1] if "@" in other else None
-        if cfg.model.attention == "none" and other_cell == cell:
-            return other
-    return None
+    size = configs[name].model.enc_out_size
+    candidates = [
+        other
+        for other, cfg in configs.items()
+        if cfg.model.attention == "none" and (other.split("@", 1)[1] if "@" in other else None) == cell
+    ]
+    same_size = [other for other in candidates if configs[other].model.enc_out_size == size]
+    return (same_size or candidates or [None])[0]
 
 
 def _device() -> str:

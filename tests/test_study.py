@@ -311,3 +311,22 @@ def test_a_study_writes_its_synthetic_corpus_when_missing(tmp_path, study_file):
         "synth.lengths: required, but missing or empty",
         "synth.out: required, but missing or empty",
     ]
+
+
+def test_the_gain_of_attention_is_over_the_fixed_context_of_its_own_size():
+    """A study that varies the fixed context (none64 ... none512) compares each attention model
+    with the model without attention whose encoder is its size, not with the first one listed."""
+    from lookback.study import _baseline
+
+    def cfg(**model):
+        return from_dict({"model": {"hidden_size": 128, **model}})
+
+    configs = {
+        "none64": cfg(attention="none", hidden_size=32),
+        "none": cfg(attention="none"),
+        "additive": cfg(attention="additive"),
+        "wide": cfg(attention="additive", hidden_size=256),  # no fixed-context model of its size
+    }
+    assert _baseline("additive", configs) == "none"
+    assert _baseline("wide", configs) == "none64"  # the first, when no size matches
+    assert _baseline("none64", configs) is None and _baseline("none", configs) is None
