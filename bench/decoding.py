@@ -36,6 +36,9 @@ COMBOS = [("torch", None), ("torch", "int8"), ("onnxruntime", None), ("onnxrunti
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.decoding", description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a configuration folder of a full bench run (spec.json, weights)")
+    ap.add_argument(
+        "--markdown", action="store_true", help="RUN is a result JSON: print its table as Markdown"
+    )
     ap.add_argument("--system", default="lookback", help="which lookback system's weights (lookback, recipe)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default 1 2)")
     ap.add_argument("--joey-venv", type=Path, default=JOEY_VENV)
@@ -61,6 +64,9 @@ def differing(a: Path, b: Path) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.markdown:
+        print(markdown(read_json(args.run)))
+        return 0
     spec = read_json(args.run / "spec.json")
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
     hyp_dir = args.run / f"decoding_{stamp}"
@@ -159,6 +165,29 @@ def print_table(record: dict[str, Any]) -> None:
         print(f"{e['name']:24}" + "".join(f"{t:>12}" for t in text))
     for error in record["errors"]:
         print(f"  MISS {error}")
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The table of a result, as docs/performance.md shows it."""
+    lines = [
+        "| system | threads | greedy sent/s | beam 5 sent/s | beam 5 x Joey | BLEU greedy | BLEU beam 5 "
+        "| beam-5 outputs unlike fp32 | peak RSS (GB) |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for e in record["rows"]:
+        cells = [
+            e["name"],
+            e["threads"],
+            f"{e['beam1_sentences_per_s']:.1f}",
+            f"{e['beam5_sentences_per_s']:.1f}",
+            f"{e['beam5_vs_joey']:.2f}",
+            f"{e['beam1_bleu']:.2f}",
+            f"{e['beam5_bleu']:.2f}",
+            "-" if e.get("beam5_differ_from_fp32") is None else e["beam5_differ_from_fp32"],
+            f"{e['peak_rss_gb']:.2f}",
+        ]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,107 @@
+"""python -m bench.onnx_agreement MODEL: does ONNX Runtime translate as PyTorch does, on a real test set?
+
+    python -m bench.onnx_agreement ~/.cache/lookback/bench/runs/STAMP/feed/lookback.export \\
+        --test multi30k:test_2016_flickr -o bench/results/onnx_agreement.json
+
+MODEL is a run directory or an export (with --onnx graphs, else they are
+made now). For greedy and beam 5, on fp32 ONNX Runtime and on both int8
+paths, against PyTorch fp32: how many outputs differ, and, over the outputs
+that are the same, the largest difference of an attention weight and of a
+score (log-probability over the length penalty). Writes JSON with the
+device and CPU flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+from lookback.data import read_parallel
+from lookback.device import cpu_name
+from lookback.evaluate import score
+from lookback.translator import Translator
+
+PATHS = {  # name -> Translator.load options
+    "onnxruntime": {"backend": "onnxruntime"},
+    "torch int8": {"quantize": "int8"},
+    "onnxruntime int8": {"backend": "onnxruntime", "quantize": "int8"},
+}
+
+
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide fp32, bf16 and int8 speed on x86."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
+    wanted = (
+        "avx",
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512_bf16",
+        "avx512_vnni",
+        "avx_vnni",
+        "amx_bf16",
+        "amx_int8",
+    )
+    return [f for f in wanted if f in flags]
+
+
+def compare(reference: list, other: list) -> dict:
+    same = [(a, b) for a, b in zip(reference, other, strict=True) if a.ids == b.ids]
+    alpha = [float((a.attention - b.attention).abs().max()) for a, b in same if a.attention is not None]
+    return {
+        "outputs": len(reference),
+        "differ": len(reference) - len(same),
+        "max_attention_difference": max(alpha, default=None),
+        "max_score_difference": max((abs(a.score - b.score) for a, b in same), default=None),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.onnx_agreement", description=__doc__.split("\n")[0])
+    ap.add_argument("model", help="run directory or export")
+    ap.add_argument("--test", default="multi30k:test_2016_flickr", help="corpus spec")
+    ap.add_argument("--checkpoint", default="best", help="of a run directory (best, last)")
+    ap.add_argument("-o", "--output", type=Path, required=True, help="the JSON to write")
+    args = ap.parse_args(argv)
+    reference = Translator.load(args.model, args.checkpoint)
+    data = reference.config.data
+    src, ref = read_parallel(args.test, data.src_lang, data.tgt_lang, data.multi30k_dir)
+    result = {
+        "model": args.model,
+        "test": args.test,
+        "cpu": cpu_name(),
+        "cpu_flags": cpu_flags(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "beams": {},
+    }
+    for beam in (1, 5):
+        base = reference.translate(src, beam=beam)
+        row = {"torch fp32 BLEU": score([t.text for t in base], ref, data.tgt_lang).bleu}
+        for name, options in PATHS.items():
+            other = Translator.load(args.model, args.checkpoint, **options).translate(src, beam=beam)
+            row[name] = {
+                **compare(base, other),
+                "BLEU": score([t.text for t in other], ref, data.tgt_lang).bleu,
+            }
+        result["beams"][f"beam{beam}"] = row
+        print(f"beam {beam}: {json.dumps(row)}", flush=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"written: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
