@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from .decoder import DecoderOutput, DecoderState
 from .encoder import EncoderOutput
+from .errors import CheckpointError
 from .model import Seq2Seq
 
 logger = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ def _require_onnxruntime():
     try:
         import onnx  # noqa: F401  (the quantiser reads graphs with it)
         import onnxruntime
-    except ImportError as exc:
-        raise RuntimeError(f"--backend onnxruntime needs {exc.name}: pip install 'lookback[onnx]'") from None
+    except ImportError as exc:  # a ValueError: one line from the CLI, like every error a user can fix
+        raise ValueError(f"--backend onnxruntime needs {exc.name}: pip install 'lookback[onnx]'") from None
     return onnxruntime
 
 
@@ -330,7 +331,11 @@ class OnnxSeq2Seq(nn.Module):
                 raise FileNotFoundError(
                     f"{path}: no ONNX graph; write it with `lookback export RUN_DIR -o DIR --onnx`"
                 )
-            sessions[graph] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            try:
+                sessions[graph] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # onnxruntime's own errors: a truncated or foreign file
+                reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                raise CheckpointError(f"{path}: not a readable ONNX graph ({reason})") from None
         d = model.decoder
         self.names = _names(model)
         self.encoder_session = sessions["encoder"]

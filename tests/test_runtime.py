@@ -223,3 +223,18 @@ def test_translate_cli_on_onnxruntime_int8(run, tmp_path):
     )
     assert len(done.stdout.splitlines()) == 2 and all(done.stdout.splitlines())
     assert "backend onnxruntime, int8 weights" in done.stderr
+
+
+def test_a_corrupt_onnx_graph_is_a_one_line_error(run, tmp_path):
+    out = tmp_path / "model"
+    export(run, out, onnx=True)
+    graph = out / "onnx" / "decoder.onnx"
+    graph.write_bytes(graph.read_bytes()[:1000])  # cut short, as by a failed copy
+    done = subprocess.run(
+        [sys.executable, "-m", "lookback", "translate", str(out), "--backend", "onnxruntime"],
+        input="the cat .\n",
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"{graph}: not a readable ONNX graph" in done.stderr
