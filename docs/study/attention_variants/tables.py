@@ -16,7 +16,7 @@ SLUG = "concat_1-4_multi30k_test_2016_flickr"
 SPEC = "concat:1-4:multi30k:test_2016_flickr"
 ORDER = [
     "none64", "none128", "none", "none512", "dot", "general", "additive", "scaled_dot", "multihead",
-    "sparsemax", "local_p", "coverage", "sampling", "previous", "bahdanau",
+    "sparsemax", "local_p", "coverage", "coverage_score", "sampling", "previous", "bahdanau",
 ]  # fmt: skip
 WORKING = ["additive", "scaled_dot", "multihead", "sparsemax", "previous", "bahdanau"]
 
