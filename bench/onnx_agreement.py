@@ -26,34 +26,13 @@ from lookback.device import cpu_name
 from lookback.evaluate import score
 from lookback.translator import Translator
 
+from .common import cpu_flags
+
 PATHS = {  # name -> Translator.load options
     "onnxruntime": {"backend": "onnxruntime"},
     "torch int8": {"quantize": "int8"},
     "onnxruntime int8": {"backend": "onnxruntime", "quantize": "int8"},
 }
-
-
-def cpu_flags() -> list[str]:
-    """The CPU flags that decide fp32, bf16 and int8 speed on x86."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    wanted = (
-        "avx",
-        "avx2",
-        "fma",
-        "avx512f",
-        "avx512_bf16",
-        "avx512_vnni",
-        "avx_vnni",
-        "amx_bf16",
-        "amx_int8",
-    )
-    return [f for f in wanted if f in flags]
 
 
 def compare(reference: list, other: list) -> dict:

@@ -26,7 +26,7 @@ from torch import nn
 from lookback.device import cpu_name
 from lookback.runtime import quantize_onnx, quantize_torch
 
-from .onnx_agreement import cpu_flags
+from .common import cpu_flags
 
 
 def timed(run, repeats: int = 30) -> float:

@@ -36,6 +36,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -242,18 +243,14 @@ def quantize_onnx(path: Path) -> Path:
 # -- running on ONNX Runtime ---------------------------------------------------------------------
 
 
-class OnnxEncoding(tuple):
-    """An EncoderOutput of the graphs, with s_0 (and the LSTM memory) beside it."""
+class OnnxEncoding(NamedTuple):
+    """What the encoder graph gives search: the source, and s_0 (with the LSTM memory) beside it."""
 
-    def __new__(cls, enc: EncoderOutput, hidden0: tuple[Tensor, ...]):
-        return super().__new__(cls, (enc, hidden0))
-
-    @property
-    def enc(self) -> EncoderOutput:
-        return self[0]
+    enc: EncoderOutput
+    hidden0: tuple[Tensor, ...]  # (L, B, D) each: s_0, and for an LSTM its zero memory
 
     def index_select(self, idx: Tensor) -> OnnxEncoding:
-        return OnnxEncoding(self[0].index_select(idx), tuple(x.index_select(1, idx) for x in self[1]))
+        return OnnxEncoding(self.enc.index_select(idx), tuple(x.index_select(1, idx) for x in self.hidden0))
 
 
 class _Out(nn.Module):
@@ -275,10 +272,10 @@ class OnnxDecoder(nn.Module):
         self.outputs = [o.name for o in session.get_outputs()]
 
     def init_state(self, enc: OnnxEncoding) -> DecoderState:
-        hidden = enc[1] if self.is_lstm else enc[1][0]
+        hidden = enc.hidden0 if self.is_lstm else enc.hidden0[0]
         h = enc.enc.h
         coverage = h.new_zeros(h.shape[:2]) if self.coverage else None
-        return DecoderState(hidden, h.new_zeros(enc[1][0].shape[1:]), 0, coverage)
+        return DecoderState(hidden, h.new_zeros(enc.hidden0[0].shape[1:]), 0, coverage)
 
     def forward(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState) -> DecoderOutput:
         """One step on y_prev (R, 1), as Decoder.forward computes it."""
@@ -355,7 +352,6 @@ def onnx_model(model: Seq2Seq, folder: str | Path | None, quantize: str | None, 
     when there are none, from graphs exported now into a temporary folder."""
     if folder is not None and (Path(folder) / "encoder.onnx").is_file():
         return OnnxSeq2Seq(folder, model, quantize, threads)
-    supports_onnx(model)
     tmp = tempfile.TemporaryDirectory(prefix="lookback-onnx-")
     logger.info("exporting the model to ONNX for this run (`lookback export --onnx` keeps the graphs)")
     export_onnx(model, tmp.name, int8=quantize == "int8")

@@ -81,6 +81,17 @@ def main() -> None:
     ]
     print(table(["model (soft BLEU: k=1 / k=2)", *buckets], body), "\n")
 
+    print("Hard against soft (greedy), averaged over the buckets up to 60 words: soft BLEU, change\n")
+    body = []
+    for m in WORKING:
+        mine = [r for r in hard if r["model"] == m and r["bucket"] != "61+"]
+        ones = [float(r["change"]) for r in mine if r["k"] == "1"]
+        twos = [float(r["change"]) for r in mine if r["k"] == "2"]
+        soft_bleu = [float(r["soft_bleu"]) for r in mine if r["k"] == "1"]
+        k1 = f"{sum(ones) / len(ones):+.1f} (from {max(ones):+.1f} to {min(ones):+.1f})"
+        body.append([m, f"{sum(soft_bleu) / len(soft_bleu):.1f}", k1, f"{sum(twos) / len(twos):+.1f}"])
+    print(table(["model", "soft BLEU", "k = 1", "k = 2"], body), "\n")
+
     cov = [r for r in rows("coverage") if r["beam"] == "5"]
     print("Under-covered / over-covered source tokens / repeated output bigrams (%), beam 5\n")
     buckets = list(dict.fromkeys(r["bucket"] for r in cov))
