@@ -1,20 +1,28 @@
 """python -m bench.decoding RUN: fast CPU decoding against Joey NMT, on one bench run's weights.
 
     python -m bench.decoding ~/.cache/lookback/bench/runs/STAMP/feed [--threads 1 2]
+    python -m bench.decoding JOEY_RUN/feed --lookback-run LOOKBACK_RUN/feed
 
 RUN is a configuration folder of a full `python -m bench` run: it holds
-both systems' weights after the same training budget. Translating needs no
+both systems' weights after the same training budget. With --lookback-run,
+lookback's weights come from another run's folder: when Joey NMT needs a
+longer budget (`python -m bench --only joey`) before its outputs have a
+sane length. Translating needs no
 training, so this measures decoding alone, again, in one run: for each
 thread count, Joey NMT, then lookback on each backend (PyTorch, ONNX
 Runtime) in fp32 and int8, each in a fresh process (its peak RSS its own),
 on test_2016_flickr, greedy and beam 5. lookback reads an export of its
 weights (`lookback export --onnx`, made once into RUN/lookback.export),
-as a deployment would.
+as a deployment would. Two more rows per thread count run ONNX Runtime with
+the n best tokens picked in PyTorch from the graph's logits, as before the
+decoder graph picked them itself: what that choice gives.
 
 It prints a table and writes bench/results/<stamp>_<device>_decoding.json:
 per combination, sentences/s, BLEU, peak RSS, the ratio of beam-5
-sentences/s to Joey's at the same thread count, and how many outputs
-differ from lookback's PyTorch fp32 outputs at that thread count.
+sentences/s to Joey's at the same thread count, words per output (a search
+does more steps for longer outputs, so sentences/s compare only where the
+lengths are alike), and how many outputs differ from lookback's PyTorch
+fp32 outputs at that thread count.
 """
 
 from __future__ import annotations
@@ -30,7 +38,16 @@ from typing import Any
 from .__main__ import JOEY_VENV, RESULTS, machine, run_child, versions
 from .common import read_json, read_lines, write_json
 
-COMBOS = [("torch", None), ("torch", "int8"), ("onnxruntime", None), ("onnxruntime", "int8")]
+# (backend, quantize, the n best tokens picked in the ONNX graph); the last two rows are the
+# ablation of that choice: the same graphs, the tokens picked from their logits in PyTorch
+COMBOS = [
+    ("torch", None, None),
+    ("torch", "int8", None),
+    ("onnxruntime", None, True),
+    ("onnxruntime", "int8", True),
+    ("onnxruntime", None, False),
+    ("onnxruntime", "int8", False),
+]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--markdown", action="store_true", help="RUN is a result JSON: print its table as Markdown"
     )
     ap.add_argument("--system", default="lookback", help="which lookback system's weights (lookback, recipe)")
+    ap.add_argument(
+        "--lookback-run",
+        type=Path,
+        help="take lookback's weights from this configuration folder of another bench run (default: RUN), "
+        "e.g. when Joey NMT trained longer in a run of its own (--only joey)",
+    )
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default 1 2)")
     ap.add_argument("--joey-venv", type=Path, default=JOEY_VENV)
     ap.add_argument("--results-dir", type=Path, default=RESULTS)
@@ -53,6 +76,14 @@ def export_weights(run: Path, system: str) -> Path:
         cmd = [sys.executable, "-m", "lookback", "export", str(run / system), "-o", str(out)]
         subprocess.run([*cmd, "--checkpoint", "last", "--onnx"], check=True)
     return out
+
+
+def words_per_line(path: Path) -> float | None:
+    """The mean number of words of a hypothesis file's lines (None when it is missing)."""
+    if not path.is_file():
+        return None
+    lines = read_lines(path)
+    return sum(len(line.split()) for line in lines) / max(len(lines), 1)
 
 
 def differing(a: Path, b: Path) -> int | None:
@@ -71,20 +102,24 @@ def main(argv: list[str] | None = None) -> int:
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
     hyp_dir = args.run / f"decoding_{stamp}"
     hyp_dir.mkdir()
-    model_dir = export_weights(args.run, args.system)
+    model_dir = export_weights(args.lookback_run or args.run, args.system)
     load_start = os.getloadavg()
     rows: list[dict[str, Any]] = []
     for threads in args.threads:
         jobs = [("joey", "", {"system": "joey"})]
-        for backend, quantize in COMBOS:
-            slug = f".{backend}{'_int8' if quantize else ''}"
+        for backend, quantize, top_in_graph in COMBOS:
+            where = "_topk_torch" if top_in_graph is False else ""
+            slug = f".{backend}{'_int8' if quantize else ''}{where}"
             extra = {
                 "system": args.system,
                 "model_dir": str(model_dir),
                 "backend": backend,
                 "quantize": quantize,
+                "top_in_graph": top_in_graph,
+                "precision": "fp32",  # not auto, which is bf16 on a CPU with avx512_bf16: the reference
             }
-            jobs.append((f"lookback {backend}{' int8' if quantize else ''}", slug, extra))
+            name = f"lookback {backend}{' int8' if quantize else ''}"
+            jobs.append((name + (", top-k in PyTorch" if top_in_graph is False else ""), slug, extra))
         for name, slug, extra in jobs:
             system, tag = extra["system"], f"{slug}.t{threads}"
             child = {**spec, **extra, "threads": threads, "hyp_dir": str(hyp_dir), "tag": tag}
@@ -103,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         machine={**machine(spec["device"]), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
         versions=versions(),
         run=str(args.run),
+        lookback_run=str(args.lookback_run or args.run),
         model=str(model_dir),
         test=spec["test"],
         decode_batch_size=spec["decode_batch_size"],
@@ -130,6 +166,10 @@ def summarise(rows: list[dict[str, Any]], hyp_dir: Path) -> dict[str, Any]:
             b = figs.get(f"beam{beam}") or {}
             entry[f"beam{beam}_sentences_per_s"] = b.get("sentences_per_s")
             entry[f"beam{beam}_bleu"] = b.get("bleu")
+            # the search's work grows with the output: sentences/s compare only at equal lengths
+            entry[f"beam{beam}_words_per_output"] = words_per_line(
+                hyp_dir / f"{r['system']}{r['tag']}.beam{beam}.txt"
+            )
             j = ((joey.get(r["threads"]) or {}).get("result", {}).get("figures") or {}).get(
                 f"beam{beam}"
             ) or {}
@@ -148,7 +188,18 @@ def print_table(record: dict[str, Any]) -> None:
     m = record["machine"]
     where = f"{m['device']} ({m['cpu_model']})"
     print(f"\ndecoding on {where}, {record['test']}, batch {record['decode_batch_size']}")
-    head = ["system", "thr", "greedy s/s", "beam5 s/s", "x Joey", "BLEU g", "BLEU b5", "differ b5", "RSS GB"]
+    head = [
+        "system",
+        "thr",
+        "greedy s/s",
+        "beam5 s/s",
+        "x Joey",
+        "BLEU g",
+        "BLEU b5",
+        "words b5",
+        "differ b5",
+    ]
+    head.append("RSS GB")
     print("".join(f"{h:>12}" if i else f"{h:24}" for i, h in enumerate(head)))
     for e in record["rows"]:
         cells = [
@@ -158,6 +209,7 @@ def print_table(record: dict[str, Any]) -> None:
             e["beam5_vs_joey"],
             e["beam1_bleu"],
             e["beam5_bleu"],
+            e.get("beam5_words_per_output"),
             e.get("beam5_differ_from_fp32"),
             e["peak_rss_gb"],
         ]
@@ -171,8 +223,8 @@ def markdown(record: dict[str, Any]) -> str:
     """The table of a result, as docs/performance.md shows it."""
     lines = [
         "| system | threads | greedy sent/s | beam 5 sent/s | beam 5 x Joey | BLEU greedy | BLEU beam 5 "
-        "| beam-5 outputs unlike fp32 | peak RSS (GB) |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| words per beam-5 output | beam-5 outputs unlike fp32 | peak RSS (GB) |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for e in record["rows"]:
         cells = [
@@ -183,6 +235,7 @@ def markdown(record: dict[str, Any]) -> str:
             f"{e['beam5_vs_joey']:.2f}",
             f"{e['beam1_bleu']:.2f}",
             f"{e['beam5_bleu']:.2f}",
+            "-" if e.get("beam5_words_per_output") is None else f"{e['beam5_words_per_output']:.1f}",
             "-" if e.get("beam5_differ_from_fp32") is None else e["beam5_differ_from_fp32"],
             f"{e['peak_rss_gb']:.2f}",
         ]

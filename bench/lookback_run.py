@@ -122,7 +122,9 @@ def _cuda_peak(device) -> int | None:
 
 def translate(spec: dict[str, Any]) -> dict[str, Any]:
     """The test set, greedy and beam 5. bench.decoding's specs add `model_dir` (an export),
-    `backend`, `quantize`, `tag` (in the hypothesis files' names) and `hyp_dir`."""
+    `backend`, `quantize`, `tag` (in the hypothesis files' names), `hyp_dir` and, for ONNX
+    Runtime, `top_in_graph` (False: the n best tokens picked in PyTorch, not in the graph), and
+    `precision` (fp32: the reference, also on a CPU where auto would pick bf16)."""
     from lookback.translator import Translator
 
     device = _device(spec)
@@ -135,8 +137,11 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
         backend=spec.get("backend", "torch"),
         quantize=spec.get("quantize"),
         threads=spec["threads"],
+        precision=spec.get("precision"),  # None: decode.precision (auto: bf16 where the CPU runs it natively)
     )
     translator.decode.batch_size = spec["decode_batch_size"]
+    if spec.get("top_in_graph") is False:  # bench.decoding's ablation: the n best tokens picked in PyTorch
+        translator.model.decoder.top_in_graph = False
     data = Path(spec["data_dir"])
     src = read_lines(data / f"{spec['test']}.{settings.SRC_LANG}")
     refs = read_lines(data / f"{spec['test']}.{settings.TGT_LANG}")

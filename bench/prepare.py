@@ -102,7 +102,9 @@ def prepare_seed(work: Path, config: str, overrides: list[str], recipe: dict | N
     With `recipe` (settings.recipe_settings), the recipe system's seed: its own model, and the
     tokenizer files of `config`'s seed (made first), so that every system reads the same pieces.
     """
+    from lookback.batch import encode_corpus
     from lookback.config import from_dict
+    from lookback.data import read_parallel
     from lookback.train import Trainer
 
     data = work / "data"
@@ -122,7 +124,10 @@ def prepare_seed(work: Path, config: str, overrides: list[str], recipe: dict | N
             shutil.copyfile(shared / name, seed / name)
         write_json(marker, {**read_json(shared / "bench_seed.json"), "key": key})
         return seed
-    kept = trainer.train_data
+    # the pairs the trainer keeps (within data.max_len after tokenising): Joey trains on the same
+    d = trainer.cfg.data
+    text = read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
+    kept = encode_corpus(*text, trainer.src_tok, trainer.tgt_tok, d.max_len, d.src_eos)
     _write_pair(data / "train_kept", kept.src, kept.tgt)
     sp = trainer.src_tok.sp  # joint: one model for both sides
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]

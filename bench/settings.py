@@ -121,7 +121,11 @@ def lookback_config(
             "label_smoothing": 0.0,
             "precision": "fp32",
         },
-        "decode": {"batch_size": DECODE["batch_size"], "length_penalty": DECODE["length_penalty"]},
+        "decode": {  # fp32 as in training: auto would translate in bf16 on a CPU with avx512_bf16
+            "batch_size": DECODE["batch_size"],
+            "length_penalty": DECODE["length_penalty"],
+            "precision": "fp32",
+        },
     }
     if recipe:
         raw["model"] = dict(recipe["model"])

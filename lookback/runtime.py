@@ -14,14 +14,18 @@ beam. Two ways to make that arithmetic cheaper, without changing the search:
   two graphs, written by `lookback export RUN_DIR -o DIR --onnx`:
 
       encoder.onnx   src (B, S), src_len (B,) -> h, src_mask, c, keys, and s_0
-      decoder.onnx   one step: y_{t-1} (R, 1), the source, the state -> logits (R, V),
+      decoder.onnx   one step: y_{t-1} (R, 1), the source, the state, n -> logits (R, V),
+                     the n best tokens' log P (R, n) and ids (R, n), log P(</s>) (R, 1),
                      alpha_t (R, S) and the next state
 
   `OnnxSeq2Seq` runs them and looks like a `Seq2Seq` to search.py (as an
   Ensemble does), so greedy and beam search are the very same code on either
   backend: the search loop stays in Python and PyTorch, the network runs in
   ONNX Runtime. The graphs are traced from the PyTorch modules, not written
-  again, so the two backends compute the same function.
+  again, so the two backends compute the same function. The decoder graph
+  also picks each row's n best next tokens (search.top_tokens, traced too):
+  the logits, 10 MB a step for 320 rows of 8,000 words, then never leave ONNX
+  Runtime, and the top-k and log-sum-exp over them run on its threads.
 
 Legend: B batch (A sentences still searched), R rows (A x beam), S source
 length, D decoder state size, L decoder layers, V target vocabulary.
@@ -45,6 +49,7 @@ from .decoder import DecoderOutput, DecoderState
 from .encoder import EncoderOutput
 from .errors import CheckpointError
 from .model import Seq2Seq
+from .search import top_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,7 @@ QUANTIZE = ("int8",)
 BACKENDS = ("torch", "onnxruntime")
 ONNX_DIR = "onnx"  # in an export: encoder.onnx, decoder.onnx and their .int8 twins
 GRAPHS = ("encoder", "decoder")
+TOP = ("top_logp", "top_tokens", "eos_logp")  # the decoder graph's search.top_tokens
 OPSET = 17
 
 
@@ -108,13 +114,13 @@ class _DecoderGraph(nn.Module):
         super().__init__()
         self.decoder = model.decoder
 
-    def forward(self, y_prev, h, src_mask, c, keys, hidden, cell, feed, step, coverage):
+    def forward(self, y_prev, h, src_mask, c, keys, hidden, cell, feed, step, coverage, n):
         d = self.decoder
         enc = EncoderOutput(h, src_mask, c, keys)
         state = DecoderState((hidden, cell) if d.is_lstm else hidden, feed, step, coverage)
         out = d(y_prev, enc, state)
         new = out.state
-        outputs = [out.logits[:, -1]]  # (R, V)
+        outputs = [out.logits[:, -1], *top_tokens(out.logits[:, -1], n)]  # (R, V), (R, n) x 2, (R, 1)
         if out.alpha is not None:
             outputs.append(out.alpha[:, -1])  # (R, S)
         outputs += list(new.hidden) if d.is_lstm else [new.hidden]  # (L, R, D)
@@ -133,8 +139,8 @@ def _names(model: Seq2Seq) -> dict[str, list[str]]:
     return {
         "encoder_in": ["src", "src_len"],
         "encoder_out": source + state,
-        "decoder_in": ["y_prev", *source, *state, "feed", "step"] + (["coverage"] if cov else []),
-        "decoder_out": ["logits"]
+        "decoder_in": ["y_prev", *source, *state, "feed", "step"] + (["coverage"] if cov else []) + ["n"],
+        "decoder_out": ["logits", *TOP]
         + (["alpha"] if attends else [])
         + [f"{n}_out" for n in state]
         + ["feed_out"]
@@ -155,6 +161,9 @@ _AXES = {  # dynamic axes by name: B batch (A in search), S source, R rows
     "feed": {0: "R"},
     "coverage": {0: "R", 1: "S"},
     "logits": {0: "R"},
+    "top_logp": {0: "R", 1: "n"},
+    "top_tokens": {0: "R", 1: "n"},
+    "eos_logp": {0: "R"},
     "alpha": {0: "R", 1: "S"},
     "hidden_out": {1: "R"},
     "cell_out": {1: "R"},
@@ -192,6 +201,7 @@ def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[P
         "feed": torch.zeros(R, D),
         "step": torch.tensor(0),
         "coverage": torch.zeros(R, src.size(1)) if model.decoder.coverage else None,
+        "n": torch.tensor(4),  # a dynamic k: the graph's TopK reads it as an input
     }
     paths = []
     with warnings.catch_warnings():  # the TorchScript exporter's notes on traced shapes
@@ -234,7 +244,10 @@ def quantize_onnx(path: Path) -> Path:
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
             ready = Path(tmp) / path.name
             quant_pre_process(path, ready)  # shapes inferred and the graph simplified, as the quantiser asks
-            quantize_dynamic(ready, out, weight_type=QuantType.QInt8)
+            # one scale per output column, and 7-bit weights: on CPUs without VNNI, ONNX Runtime
+            # multiplies byte pairs into 16 bits, which full-range weights can overflow (its docs);
+            # an export made on one CPU runs on others (docs/performance.md)
+            quantize_dynamic(ready, out, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
     finally:
         root.setLevel(level)
     return out
@@ -270,6 +283,9 @@ class OnnxDecoder(nn.Module):
         self.out = _Out(vocab)
         self.inputs = [i.name for i in session.get_inputs()]  # unused inputs are left out of a graph
         self.outputs = [o.name for o in session.get_outputs()]
+        # False: pick the n best tokens in PyTorch, as for graphs exported without them (bench.decoding
+        # measures what picking them in the graph gives)
+        self.top_in_graph = TOP[0] in self.outputs
 
     def init_state(self, enc: OnnxEncoding) -> DecoderState:
         hidden = enc.hidden0 if self.is_lstm else enc.hidden0[0]
@@ -277,8 +293,8 @@ class OnnxDecoder(nn.Module):
         coverage = h.new_zeros(h.shape[:2]) if self.coverage else None
         return DecoderState(hidden, h.new_zeros(enc.hidden0[0].shape[1:]), 0, coverage)
 
-    def forward(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState) -> DecoderOutput:
-        """One step on y_prev (R, 1), as Decoder.forward computes it."""
+    def _run(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState, n: int, wanted: list[str]):
+        """One step of the graph on y_prev (R, 1): the outputs `wanted`, by name, and the next state."""
         e = enc.enc
         hidden, cell = state.hidden if self.is_lstm else (state.hidden, None)
         feed = {
@@ -292,17 +308,31 @@ class OnnxDecoder(nn.Module):
             "feed": state.feed,
             "step": torch.tensor(state.step),
             "coverage": state.coverage,
+            "n": torch.tensor(n),
         }
-        ort_in = {n: feed[n].contiguous().numpy() for n in self.inputs}
-        out = dict(
-            zip(self.outputs, map(torch.from_numpy, self.session.run(self.outputs, ort_in)), strict=True)
-        )
+        ort_in = {name: feed[name].contiguous().numpy() for name in self.inputs}
+        out = dict(zip(wanted, map(torch.from_numpy, self.session.run(wanted, ort_in)), strict=True))
         new_hidden = (out["hidden_out"], out["cell_out"]) if self.is_lstm else out["hidden_out"]
         next_state = DecoderState(new_hidden, out["feed_out"], state.step + 1, out.get("coverage_out"))
         alpha = out.get("alpha")
         alpha = None if alpha is None else alpha.unsqueeze(1)  # (R, 1, S)
-        logits = out["logits"].unsqueeze(1)  # (R, 1, V)
-        return DecoderOutput(None, None, alpha, None, None, logits, next_state)
+        logits = out["logits"].unsqueeze(1) if "logits" in out else None  # (R, 1, V)
+        return out, DecoderOutput(None, None, alpha, None, None, logits, next_state)
+
+    def forward(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState) -> DecoderOutput:
+        """One step on y_prev (R, 1), as Decoder.forward computes it."""
+        return self._run(y_prev, enc, state, 1, [o for o in self.outputs if o not in TOP])[1]
+
+    def forward_top(
+        self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState, n: int
+    ) -> tuple[DecoderOutput, Tensor, Tensor, Tensor]:
+        """One step and search.top_tokens of its logits, computed inside the graph (search.decode_step);
+        the logits stay in ONNX Runtime. A graph exported before it had them falls back on PyTorch."""
+        if not self.top_in_graph:
+            out = self(y_prev, enc, state)
+            return (out, *top_tokens(out.logits[:, -1], n))
+        values, out = self._run(y_prev, enc, state, n, [o for o in self.outputs if o != "logits"])
+        return (out, *(values[name] for name in TOP))
 
 
 class OnnxSeq2Seq(nn.Module):

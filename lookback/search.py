@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .coverage import coverage_penalty
-from .decoder import DecoderState
+from .decoder import DecoderOutput, DecoderState
 from .encoder import EncoderOutput
 from .model import Seq2Seq
 from .tokenizer import BOS, EOS
@@ -50,24 +50,49 @@ def lp(length: int, power: float) -> float:
     return ((5 + length) / 6) ** power
 
 
-def _next_tokens(logits: Tensor, at_limit: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """The n most probable next tokens of each row (R, n), and their log P(y_t).
+def top_tokens(logits: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The n most probable next tokens of each row of logits (R, V): their log P(y_t) (R, n),
+    the tokens (R, n), and log P(</s>) (R, 1).
 
     log P = logit - logsumexp(logits): the full log-softmax over V is never
-    written out. Rows at their length limit may only end: </s>, at its own
-    log P, as when a hypothesis ends by itself (fairseq does the same), so
-    that an output cut at the limit does not get its end for free.
+    written out. The ONNX decoder graph computes this same function inside
+    the graph (runtime.py), so that its (R, V) logits never leave it.
     """
-    logits = logits[:, -1].float()  # (R, V)
+    logits = logits.float()
     top, tokens = logits.topk(n, dim=-1)  # (R, n)
     norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (R, 1)
-    logp = top - norm
-    if at_limit.any():
-        only_eos = torch.full_like(logp, float("-inf"))
-        only_eos[:, :1] = logits[:, EOS : EOS + 1] - norm
-        logp = torch.where(at_limit.unsqueeze(-1), only_eos, logp)
-        tokens = tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
-    return logp, tokens
+    return top - norm, tokens, logits[:, EOS : EOS + 1] - norm
+
+
+def decode_step(
+    decoder: nn.Module, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, n: int
+) -> tuple[DecoderOutput, Tensor, Tensor, Tensor]:
+    """One decoder step on y_prev (R, 1) and `top_tokens` of its logits: (out, log P (R, n),
+    tokens (R, n), log P(</s>) (R, 1)). A decoder with a `forward_top` of its own (ONNX
+    Runtime's) picks the tokens itself."""
+    own = getattr(decoder, "forward_top", None)
+    if own is not None:
+        return own(y_prev, enc, state, n)
+    out = decoder(y_prev, enc, state)
+    return (out, *top_tokens(out.logits[:, -1], n))
+
+
+def only_eos_at_limit(logp: Tensor, tokens: Tensor, eos: Tensor, at_limit: Tensor) -> tuple[Tensor, Tensor]:
+    """Rows at their length limit (R,) may only end: </s>, at its own log P `eos` (R, 1), as
+    when a hypothesis ends by itself (fairseq does the same), so that an output cut at the
+    limit does not get its end for free. logp, tokens (R, n) as `top_tokens` gives them."""
+    if not at_limit.any():
+        return logp, tokens
+    only_eos = torch.full_like(logp, float("-inf"))
+    only_eos[:, :1] = eos
+    logp = torch.where(at_limit.unsqueeze(-1), only_eos, logp)
+    return logp, tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
+
+
+def _next_tokens(logits: Tensor, at_limit: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """The n most probable next tokens of each row (R, n) of logits (R, 1, V), and their log
+    P(y_t); rows at their length limit (R,) may only end (`only_eos_at_limit`)."""
+    return only_eos_at_limit(*top_tokens(logits[:, -1], n), at_limit)
 
 
 class Beam(NamedTuple):
@@ -139,8 +164,8 @@ def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0)
     live = Beam.start(model, src, src_len, max_ratio)  # one row per sentence still going
     hyps: list[Hypothesis | None] = [None] * src.size(0)
     for t in range(int(live.limit.max())):
-        out = model.decoder(live.tokens[:, -1:], live.enc, live.state)
-        logp, y = _next_tokens(out.logits, t + 1 >= live.limit, 1)  # (A, 1) the best token, its log P
+        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, 1)
+        logp, y = only_eos_at_limit(*top, t + 1 >= live.limit)  # (A, 1) the best token, its log P
         scores = live.scores + logp
         live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
         ended = y[:, 0] == EOS
@@ -212,9 +237,9 @@ def beam_search(
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
         A, k = live.scores.shape
-        out = model.decoder(live.tokens[:, -1:], live.enc, live.state)
         # only a row's 2K best tokens can be among the sentence's 2K best candidates
-        logp, tokens = _next_tokens(out.logits, (t + 1 >= live.limit).repeat_interleave(k), n)  # (A*k, n)
+        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, n)
+        logp, tokens = only_eos_at_limit(*top, (t + 1 >= live.limit).repeat_interleave(k))  # (A*k, n)
         cand_scores, cand_beams, cand_j = beam_step(live.scores, logp.view(A, k, n), 2 * K)  # (A, <= 2K)
         cand_tokens = tokens.view(A, k * n).gather(1, cand_beams * n + cand_j)
         cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend

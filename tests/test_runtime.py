@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from lookback.export import export
-from lookback.runtime import export_onnx, fast_model, onnx_model, quantize_torch
-from lookback.search import beam_search, greedy
+from lookback.runtime import TOP, export_onnx, fast_model, onnx_model, quantize_torch
+from lookback.search import beam_search, greedy, top_tokens
 from lookback.translator import Translator
 
 from .helpers import tiny_model, toy_pairs, train_tiny
@@ -104,9 +104,39 @@ def test_one_onnx_step_equals_the_decoder_step_for_any_beam(twins, name):
                 out, out_x = model.decoder(y, enc, state), twin.decoder(y, enc_x, state_x)
                 torch.testing.assert_close(out_x.logits, out.logits, atol=1e-4, rtol=1e-4)
                 torch.testing.assert_close(out_x.alpha, out.alpha, atol=1e-5, rtol=1e-4)
+                for n in (1, 5):  # the n best tokens, picked inside the graph, as search picks them
+                    logp, tokens, eos = top_tokens(out.logits[:, -1], n)
+                    _, logp_x, tokens_x, eos_x = twin.decoder.forward_top(y, enc_x, state_x, n)
+                    assert torch.equal(tokens_x, tokens)
+                    torch.testing.assert_close(logp_x, logp, atol=1e-4, rtol=1e-4)
+                    torch.testing.assert_close(eos_x, eos, atol=1e-4, rtol=1e-4)
                 state, state_x = out.state, out_x.state
                 assert state_x.step == state.step
                 y = out.logits[:, -1:].argmax(-1)
+
+
+def test_a_graph_without_top_tokens_still_searches(twins, monkeypatch):
+    """Graphs exported before the decoder graph picked the n best tokens itself have no such
+    outputs: search then picks them from the logits in PyTorch, with the same result."""
+    model, twin = twins["additive"]
+    assert set(TOP) <= set(twin.decoder.outputs) and twin.decoder.top_in_graph
+    monkeypatch.setattr(twin.decoder, "top_in_graph", False)  # as OnnxDecoder sets it for such graphs
+    monkeypatch.setattr(twin.decoder, "session", _NoTop(twin.decoder.session))
+    for ours, theirs in zip(
+        beam_search(model, SRC, SRC_LEN, 3, 2), beam_search(twin, SRC, SRC_LEN, 3, 2), strict=True
+    ):
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+
+
+class _NoTop:
+    """An ONNX Runtime session that refuses to be asked for the top-token outputs."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def run(self, names, feed):
+        assert not set(TOP) & set(names)
+        return self.session.run(names, feed)
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +201,24 @@ def test_int8_weights_are_int8():
     quantized = {f"{type(m).__module__}.{type(m).__name__}" for m in model.modules()}
     dynamic = "torch.ao.nn.quantized.dynamic.modules"
     assert {f"{dynamic}.linear.Linear", f"{dynamic}.rnn.GRU"} <= quantized
+
+
+def test_onnx_int8_weights_have_a_scale_per_column_and_7_bits(tmp_path):
+    """quantize_onnx asks for per-channel scales and a reduced range: the int8 weights of every
+    matrix product lie in [-64, 64], with one scale per output column."""
+    import onnx
+    from onnx import numpy_helper
+
+    export_onnx(tiny_model(vocab=30, seed=0), tmp_path)
+    graph = onnx.load(tmp_path / "decoder.int8.onnx").graph
+    tensors = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    weights = {n.removesuffix("_quantized"): w for n, w in tensors.items() if n.endswith("_quantized")}
+    weights = {n: w for n, w in weights.items() if w.dtype == "int8"}  # the products' (embeddings: uint8)
+    assert len(weights) >= 3  # attention, readout, output layer (V = 33 columns)
+    assert any(w.shape[1] == 33 for w in weights.values())
+    for name, w in weights.items():
+        assert w.min() >= -64 and w.max() <= 64, name
+        assert tensors[f"{name}_scale"].shape == (w.shape[1],), name  # (1,) for a one-column product
 
 
 def test_an_ensemble_runs_on_onnxruntime(run, tmp_path):
