@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .common import cpu_model, minutes_to, read_json, write_json
+from .common import cpu_flags, cpu_model, minutes_to, read_json, write_json
 from .prepare import REPO, multi30k_dir, prepare_data, prepare_seed
 
 SYSTEMS = ("lookback", "joey", settings.RECIPE_SYSTEM)  # recipe: only with --recipe
@@ -147,6 +147,7 @@ def machine(device: str) -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_flags": cpu_flags(),  # fp32, bf16 and int8 speeds depend on them
         "platform": platform.platform(),
         "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
     }
@@ -157,8 +158,11 @@ def versions() -> dict[str, Any]:
     import importlib.metadata as md
 
     out: dict[str, Any] = {"python": platform.python_version(), "lookback_commit": git_commit()}
-    for name in ("torch", "sacrebleu", "sentencepiece"):
-        out[name] = md.version(name)
+    for name in ("torch", "sacrebleu", "sentencepiece", "onnxruntime"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:  # onnxruntime is an extra
+            out[name] = None
     return out
 
 

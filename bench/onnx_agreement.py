@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", default="best", help="of a run directory (best, last)")
     ap.add_argument("-o", "--output", type=Path, required=True, help="the JSON to write")
     args = ap.parse_args(argv)
-    reference = Translator.load(args.model, args.checkpoint)
+    reference = Translator.load(args.model, args.checkpoint, precision="fp32")  # auto: bf16 on some CPUs
     data = reference.config.data
     src, ref = read_parallel(args.test, data.src_lang, data.tgt_lang, data.multi30k_dir)
     result = {

@@ -6,11 +6,14 @@ Three measurements, each in a fresh process so that its peak memory is its own:
    prefix files), trained from with `data.store: true` for --steps updates: the one-off
    tokenisation into the store (seconds), peak RSS while training, target tokens/s;
 2. the same with a tenth of the pairs: peak RSS must not grow with the corpus;
-3. Multi30k's train split, in memory and from a store, --steps updates each: tokens/s.
+3. Multi30k's train split, in memory and from a store, --steps updates each: tokens/s,
+   --repeats times each in alternating order (memory, store, store, memory, ...), so that
+   neither side always runs first; the median and the range of each side are reported.
 
 Writes bench/results/store.json with the CPU named:
 
-    python -m bench.store [--pairs 5000000] [--steps 200] [--out bench/results/store.json]
+    python -m bench.store [--pairs 5000000] [--steps 200] [--repeats 3] [--out bench/results/store.json]
+    python -m bench.store --pairs 0 --repeats 4     # the Multi30k comparison only
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +55,8 @@ def train_once(config: dict, folder: Path) -> dict:
         "import json, sys, logging; logging.basicConfig(level=logging.INFO);"
         "from lookback.config import from_dict; from lookback.train import train;"
         f"train(from_dict(json.load(open({str(path)!r}))));"
-        "import resource; print('PEAK_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "import resource; r = resource.getrusage(resource.RUSAGE_SELF);"
+        "print('PEAK_KIB', r.ru_maxrss, 'MINFLT', r.ru_minflt)"
     )
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -59,6 +64,7 @@ def train_once(config: dict, folder: Path) -> dict:
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
     peak = int(done.stdout.split("PEAK_KIB")[-1].split()[0])  # the child's own peak RSS, KiB (Linux)
+    faults = int(done.stdout.split("MINFLT")[-1].split()[0])  # its minor page faults: memory it touched anew
     run = Path(config["train"]["run_dir"])
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     rates = [r["tokens_per_s"] for r in records if r["kind"] == "train"][1:]  # after the first window
@@ -66,6 +72,7 @@ def train_once(config: dict, folder: Path) -> dict:
     return {
         "wall_seconds": round(wall, 1),
         "peak_rss_mib": round(peak / 1024, 1),
+        "minor_page_faults": faults,
         "tokens_per_s": round(sum(rates) / len(rates)) if rates else None,
         "store_line": store[-1] if store else None,
     }
@@ -92,12 +99,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", type=int, default=5_000_000)
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=3, help="Multi30k runs per side, in alternating order")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "store.json"))
     args = p.parse_args()
     results = {"cpu": cpu_model(), "threads": os.cpu_count(), "pairs": args.pairs, "steps": args.steps}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for label, n in (("synthetic", args.pairs), ("synthetic_tenth", args.pairs // 10)):
+        synthetic = (("synthetic", args.pairs), ("synthetic_tenth", args.pairs // 10)) if args.pairs else ()
+        for label, n in synthetic:
             start = time.perf_counter()
             write_synthetic(tmp / label, n)
             valid = tmp / f"{label}_valid"
@@ -108,10 +117,25 @@ def main() -> None:
             results[label] = {"pairs": n, "write_seconds": round(written, 1), **row}
             print(label, results[label], flush=True)
         multi30k = {"train": "multi30k:train", "valid": "multi30k:val"}
-        for label, store in (("multi30k_memory", False), ("multi30k_store", True)):
-            cfg = config(multi30k, tmp / f"run_{label}", args.steps, tmp / "cache", store)
-            results[label] = train_once(cfg, tmp)
-            print(label, results[label], flush=True)
+        sides = {"multi30k_memory": False, "multi30k_store": True}
+        runs: dict[str, list[dict]] = {label: [] for label in sides}
+        for i in range(args.repeats):
+            for label in list(sides)[:: 1 if i % 2 == 0 else -1]:  # ABBA: neither side always first
+                cfg = config(multi30k, tmp / f"run_{label}_{i}", args.steps, tmp / "cache", sides[label])
+                runs[label].append(train_once(cfg, tmp))
+                print(label, i, runs[label][-1], flush=True)
+        for label, rows in runs.items():
+            rates = [r["tokens_per_s"] for r in rows]
+            results[label] = {
+                **rows[0],
+                "tokens_per_s": statistics.median(rates),
+                "tokens_per_s_runs": rates,
+                "peak_rss_mib": max(r["peak_rss_mib"] for r in rows),
+                "runs": rows,  # every run's own figures
+            }
+        memory, store = (results[label]["tokens_per_s"] for label in sides)
+        results["multi30k_store_vs_memory"] = round(store / memory, 4)
+        print("store / memory tokens/s, medians:", results["multi30k_store_vs_memory"], flush=True)
     write_json(Path(args.out), results)
     print(f"wrote {args.out}")
 
