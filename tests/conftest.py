@@ -8,9 +8,22 @@ from lookback import device
 torch.set_num_threads(1)  # tiny tensors: threads cost more than they give
 
 
-@pytest.fixture(autouse=True)
-def _auto_precision_is_fp32(request, monkeypatch):
+_NATIVE_BF16 = device.native_bf16  # the real detection, which test_device.py tests
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _auto_precision_is_fp32():
     """`precision: auto` (the default) means fp32 in every test, on any CPU, so that results do not
-    depend on whether this machine has native bf16; test_device.py tests the detection itself."""
-    if request.module.__name__.rsplit(".", 1)[-1] != "test_device":
-        monkeypatch.setattr(device, "native_bf16", lambda _: False)
+    depend on whether this machine has native bf16. Session-wide, so that module fixtures (a
+    trained run, a server) are fp32 too; processes that tests start get fp32 from their config
+    (helpers.tiny_train_config)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(device, "native_bf16", lambda _: False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _real_bf16_detection_in_test_device(request, monkeypatch):
+    """test_device.py tests the detection itself."""
+    if request.module.__name__.rsplit(".", 1)[-1] == "test_device":
+        monkeypatch.setattr(device, "native_bf16", _NATIVE_BF16)

@@ -106,8 +106,9 @@ def tiny_train_config(tmp_path: Path, **sections) -> dict:
             "lr": 0.01,
             "threads": 1,
             "log_every": 10,
+            "precision": "fp32",  # as in-process tests see auto (conftest.py), also in a child process
         },
-        "decode": {"beam": 3, "batch_size": 16},
+        "decode": {"beam": 3, "batch_size": 16, "precision": "fp32"},
     }
     for section, values in sections.items():
         raw[section].update(values)
