@@ -396,7 +396,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
         return {}, {s: {t: miss(s, t, error) for t in TASKS} for s in plan.systems}
     spec = make_spec(plan, config, out_dir, seed_dir)
     spec_paths = {s: out_dir / "spec.json" for s in plan.systems}  # one file, whichever systems run
-    write_json(out_dir / "spec.json", spec)
+    write_json(out_dir / "spec.json", spec)  # also with --only joey
     recipe_error = None
     if plan.recipe:  # its own seed (model) and spec; the same data, tokenizer and clock
         spec_paths[settings.RECIPE_SYSTEM] = out_dir / "spec.recipe.json"

@@ -7,8 +7,8 @@ RUN is a configuration folder of a full `python -m bench` run: it holds
 both systems' weights after the same training budget. With --lookback-run,
 lookback's weights come from another run's folder: when Joey NMT needs a
 longer budget (`python -m bench --only joey`) before its outputs have a
-sane length. Translating needs no
-training, so this measures decoding alone, again, in one run: for each
+sane length. Translating needs no training, so this measures decoding
+alone, again, in one run: for each
 thread count, Joey NMT, then lookback on each backend (PyTorch, ONNX
 Runtime) in fp32 and int8, each in a fresh process (its peak RSS its own),
 on test_2016_flickr, greedy and beam 5. lookback reads an export of its
@@ -188,18 +188,8 @@ def print_table(record: dict[str, Any]) -> None:
     m = record["machine"]
     where = f"{m['device']} ({m['cpu_model']})"
     print(f"\ndecoding on {where}, {record['test']}, batch {record['decode_batch_size']}")
-    head = [
-        "system",
-        "thr",
-        "greedy s/s",
-        "beam5 s/s",
-        "x Joey",
-        "BLEU g",
-        "BLEU b5",
-        "words b5",
-        "differ b5",
-    ]
-    head.append("RSS GB")
+    head = ["system", "thr", "greedy s/s", "beam5 s/s", "x Joey", "BLEU g", "BLEU b5", "words b5"]
+    head += ["differ b5", "RSS GB"]
     print("".join(f"{h:>12}" if i else f"{h:24}" for i, h in enumerate(head)))
     for e in record["rows"]:
         cells = [

@@ -8,7 +8,7 @@ Three measurements, each in a fresh process so that its peak memory is its own:
 2. the same with a tenth of the pairs: peak RSS must not grow with the corpus;
 3. Multi30k's train split, in memory and from a store, --steps updates each: tokens/s,
    --repeats times each in alternating order (memory, store, store, memory, ...), so that
-   neither side always runs first; the median and the range of each side are reported.
+   neither side always runs first; each side's median is reported, and every run's figures.
 
 Writes bench/results/store.json with the CPU named:
 
@@ -127,7 +127,6 @@ def main() -> None:
         for label, rows in runs.items():
             rates = [r["tokens_per_s"] for r in rows]
             results[label] = {
-                **rows[0],
                 "tokens_per_s": statistics.median(rates),
                 "tokens_per_s_runs": rates,
                 "peak_rss_mib": max(r["peak_rss_mib"] for r in rows),

@@ -49,7 +49,7 @@ from .batch import pad
 from .device import autocast
 from .evaluate import bleu_and_length, group_by_length
 from .model import Seq2Seq
-from .search import _next_tokens, max_lengths
+from .search import max_lengths, only_eos_at_limit, top_tokens
 from .tokenizer import BOS, EOS
 
 COUNTERFACTUALS = ("uniform", "permute", "drop_max", "other")
@@ -156,7 +156,7 @@ def decode(
     ys, alphas = [], []
     for t in range(int(limit.max())):
         out = _run(model, y, enc, state, change, t)
-        _, y = _next_tokens(out.logits, t + 1 >= limit, 1)  # (B, 1) as greedy picks
+        _, y = only_eos_at_limit(*top_tokens(out.logits[:, -1], 1), t + 1 >= limit)  # (B, 1) as greedy picks
         ys.append(y[:, 0])
         alphas.append(None if out.alpha is None else out.alpha[:, -1].float())
         done |= y[:, 0] == EOS

@@ -89,12 +89,6 @@ def only_eos_at_limit(logp: Tensor, tokens: Tensor, eos: Tensor, at_limit: Tenso
     return logp, tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
 
 
-def _next_tokens(logits: Tensor, at_limit: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """The n most probable next tokens of each row (R, n) of logits (R, 1, V), and their log
-    P(y_t); rows at their length limit (R,) may only end (`only_eos_at_limit`)."""
-    return only_eos_at_limit(*top_tokens(logits[:, -1], n), at_limit)
-
-
 class Beam(NamedTuple):
     """The live hypotheses of the sentences still searched: A sentences, k rows each.
 
