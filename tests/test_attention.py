@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lookback.attention import AdditiveScore, DotScore, GeneralScore, attend, build_score
+from lookback.attention import AdditiveScore, DotScore, GeneralScore, attend, build_score, tanh
 
 # The notes' worked example: decoder state and three encoder states (The, cat, sat).
 S_NOTES = torch.tensor([[[0.5, -0.2, 0.8]]])  # (B=1, T=1, D=3)
@@ -53,6 +53,17 @@ def test_additive_score_is_v_tanh_Ws_plus_Uh():
     # h_2: [0.5 - 2, -0.5 + 0 + 0.5] = [-1.5, 0]                       -> tanh(-1.5)
     expected = [0.0, math.tanh(-1.5)]
     assert score(s, score.keys(h))[0, 0].tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_tanh_through_sigmoid_is_tanh():
+    x = torch.linspace(-20, 20, 10001)
+    assert (tanh(x) - torch.tanh(x)).abs().max() < 3e-7  # float32: 2 sigmoid(2x) - 1
+    assert tanh(torch.tensor([0.0, -20.0, 20.0])).tolist() == [0.0, -1.0, 1.0]
+    b = x.bfloat16()
+    assert torch.equal(tanh(b), torch.tanh(b))  # bf16: torch.tanh itself
+    x.requires_grad_(True)
+    tanh(x).sum().backward()
+    assert torch.allclose(x.grad, 1 - torch.tanh(x.detach()) ** 2, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["dot", "general", "additive"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lookback.batch import pad
-from lookback.search import beam_search, beam_step, greedy, lp, max_lengths
+from lookback.search import BLOCK, beam_search, beam_step, greedy, lp, max_lengths, top_k, top_tokens
 from lookback.tokenizer import BOS, EOS
 
 from .helpers import tiny_model
@@ -31,6 +31,31 @@ def test_beam_step_ignores_empty_slots():
     logp = torch.log_softmax(torch.randn(1, 2, 4), -1)
     _, beams, _ = beam_step(scores, logp, 4)
     assert beams[0].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("V", [8000, 8000 + BLOCK // 2, 3 * BLOCK, BLOCK - 3])
+@pytest.mark.parametrize("n", [1, 2, 10])
+def test_top_k_in_blocks_equals_topk(V, n):
+    # whole blocks only, a tail of half a block, fewer blocks than n, less than one block
+    torch.manual_seed(V + n)
+    x = torch.randn(7, V) * 4
+    x[0, :n] = x.max() + torch.arange(n, 0, -1)  # the best n all in the first block
+    x[1, -n:] = x.max() + 1  # tied best values at the end (the tail, where there is one)
+    top, cols = top_k(x, n)
+    want, want_cols = x.topk(n, dim=-1)
+    assert torch.equal(top, want)  # the same values, in the same order
+    assert torch.equal(x.gather(1, cols), top)  # each column holds its value
+    assert torch.equal(cols[2:], want_cols[2:])  # and, but for ties, the same columns
+    assert sorted(cols[0].tolist()) == list(range(n))
+
+
+def test_top_tokens_are_log_softmax_and_its_best():
+    logits = torch.tensor([[0.0, 1.0, 3.0, 2.0, -1.0], [5.0, 5.5, 0.0, 0.0, 1.0]])
+    logp, tokens, eos = top_tokens(logits, 2)
+    norm = torch.logsumexp(logits, -1, keepdim=True)
+    assert tokens.tolist() == [[2, 3], [1, 0]]
+    assert torch.allclose(logp, logits.gather(1, tokens) - norm)
+    assert torch.allclose(eos, logits[:, EOS : EOS + 1] - norm)
 
 
 @pytest.mark.parametrize("attention", ["none", "additive", "dot"])
