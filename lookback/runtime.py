@@ -9,7 +9,8 @@ beam. Two ways to make that arithmetic cheaper, without changing the search:
   integers with one scale each; activations are quantised on the fly, step
   by step. On PyTorch this is `torch.ao.quantization.quantize_dynamic`
   (Linear, GRU, LSTM); on ONNX Runtime it is its own `quantize_dynamic`
-  (MatMul/Gemm and LSTM: ONNX Runtime has no int8 GRU, so a GRU stays fp32).
+  (MatMul/Gemm and LSTM: it has no int8 GRU, so the decoder graph writes a
+  GRU as its matrix products and gates, `RNNInOps`, which it then quantises).
 * ONNX Runtime (`backend="onnxruntime"`, `translate --backend onnxruntime`):
   two graphs, written by `lookback export RUN_DIR -o DIR --onnx`:
 
@@ -107,6 +108,68 @@ class _EncoderGraph(nn.Module):
         return (enc.h, enc.src_mask, enc.c, *keys, *hidden)
 
 
+class RNNInOps(nn.Module):
+    """A batch-first nn.GRU or tanh nn.RNN written as matrix products and gates, for the
+    decoder graph. Traced as ONNX's own GRU op, the decoder's RNN stays fp32 in the int8
+    graph (ONNX Runtime quantises MatMul, Gemm and LSTM, not GRU or RNN): 28% of an int8
+    beam-search step. As products, the quantiser makes them int8 like every other layer.
+
+    The same weights and the equations of PyTorch's nn.GRU, per layer, for input x_t:
+
+        r_t = sigmoid(W_ir x_t + b_ir + W_hr s_{t-1} + b_hr)      reset gate
+        z_t = sigmoid(W_iz x_t + b_iz + W_hz s_{t-1} + b_hz)      update gate
+        n_t = tanh(W_in x_t + b_in + r_t * (W_hn s_{t-1} + b_hn))
+        s_t = (1 - z_t) * n_t + z_t * s_{t-1}
+
+    and of nn.RNN: s_t = tanh(W_ih x_t + b_ih + W_hh s_{t-1} + b_hh). Eval mode only (no
+    dropout between layers).
+    """
+
+    def __init__(self, rnn: nn.GRU | nn.RNN):
+        super().__init__()
+        self.rnn = rnn  # holds the weights: weight_ih_l0 (G*D, In), weight_hh_l0 (G*D, D), biases
+
+    @staticmethod
+    def fits(rnn: nn.Module) -> bool:
+        """Whether `rnn` is one this can write (a one-way GRU or tanh RNN, batch first)."""
+        kind = isinstance(rnn, nn.GRU) or (isinstance(rnn, nn.RNN) and rnn.nonlinearity == "tanh")
+        return kind and rnn.batch_first and not rnn.bidirectional and not rnn.proj_size
+
+    def forward(self, x: Tensor, s0: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, T, In), s0 (L, B, D) -> s (B, T, D) of the last layer, s_T (L, B, D)."""
+        rnn, last = self.rnn, []
+        for layer in range(rnn.num_layers):
+            W_ih, W_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
+            b_ih, b_hh = (getattr(rnn, f"{b}_l{layer}", None) for b in ("bias_ih", "bias_hh"))
+            gi = nn.functional.linear(x, W_ih, b_ih)  # (B, T, G*D): every step's input at once
+            s, steps = s0[layer], []
+            for t in range(x.size(1)):
+                gh = nn.functional.linear(s, W_hh, b_hh)  # (B, G*D)
+                if isinstance(rnn, nn.GRU):
+                    (i_r, i_z, i_n), (h_r, h_z, h_n) = gi[:, t].chunk(3, -1), gh.chunk(3, -1)
+                    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+                    s = (1 - z) * torch.tanh(i_n + r * h_n) + z * s  # (B, D)
+                else:
+                    s = torch.tanh(gi[:, t] + gh)
+                steps.append(s)
+            x = torch.stack(steps, 1)  # (B, T, D): the next layer's input
+            last.append(s)
+        return x, torch.stack(last)
+
+
+@contextlib.contextmanager
+def _rnn_in_ops(decoder: nn.Module) -> Iterator[None]:
+    """decoder.rnn as RNNInOps while the decoder graph is traced (an LSTM stays ONNX's LSTM,
+    which ONNX Runtime quantises)."""
+    rnn = decoder.rnn
+    if RNNInOps.fits(rnn):
+        decoder.rnn = RNNInOps(rnn)
+    try:
+        yield
+    finally:
+        decoder.rnn = rnn
+
+
 class _DecoderGraph(nn.Module):
     """One decoder step, inputs and outputs as flat tensors (names in `_names`)."""
 
@@ -118,9 +181,10 @@ class _DecoderGraph(nn.Module):
         d = self.decoder
         enc = EncoderOutput(h, src_mask, c, keys)
         state = DecoderState((hidden, cell) if d.is_lstm else hidden, feed, step, coverage)
-        out = d(y_prev, enc, state)
+        out = d(y_prev, enc, state, project=False)
         new = out.state
-        outputs = [out.logits[:, -1], *top_tokens(out.logits[:, -1], n)]  # (R, V), (R, n) x 2, (R, 1)
+        logits = d.project(out.s_tilde[:, -1])  # (R, V), made once (a slice of it is a copy in a graph)
+        outputs = [logits, *top_tokens(logits, n)]  # (R, V), (R, n) x 2, (R, 1)
         if out.alpha is not None:
             outputs.append(out.alpha[:, -1])  # (R, S)
         outputs += list(new.hidden) if d.is_lstm else [new.hidden]  # (L, R, D)
@@ -204,7 +268,7 @@ def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[P
         "n": torch.tensor(4),  # a dynamic k: the graph's TopK reads it as an input
     }
     paths = []
-    with warnings.catch_warnings():  # the TorchScript exporter's notes on traced shapes
+    with warnings.catch_warnings(), _rnn_in_ops(model.decoder):  # the exporter's notes on traced shapes
         warnings.simplefilter("ignore")
         for graph, module, inputs in (
             ("encoder", _EncoderGraph(model), (src, src_len)),

@@ -59,7 +59,8 @@ def top_tokens(logits: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
     (bench/kernels.py): log_softmax, one pass, rather than logsumexp (PyTorch 2.13's CPU
     logsumexp and exp are 2x slower than its log_softmax), and `top_k`'s blocks.
     """
-    logp = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
+    logits = logits if logits.dtype == torch.float32 else logits.float()  # (no copy in a graph)
+    logp = torch.log_softmax(logits, dim=-1)  # (R, V)
     top, tokens = top_k(logp, n)  # (R, n)
     return top, tokens, logp[:, EOS : EOS + 1]
 
@@ -77,7 +78,7 @@ def top_k(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     m = V // BLOCK * BLOCK  # the columns in whole blocks; the rest (< BLOCK) always join
     if n * BLOCK >= m or x.device.type != "cpu":
         return x.topk(n, dim=-1)
-    blocks = x[:, :m].view(R, m // BLOCK, BLOCK)
+    blocks = (x if m == V else x[:, :m]).view(R, m // BLOCK, BLOCK)  # (no copy of x in a graph)
     _, best = blocks.amax(-1).topk(n, dim=-1, sorted=False)  # (R, n) the blocks to look in
     cols = (best.unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=x.device)).view(R, -1)  # (R, n*BLOCK)
     if m < V:

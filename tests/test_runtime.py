@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lookback.export import export
-from lookback.runtime import TOP, export_onnx, fast_model, onnx_model, quantize_torch
+from lookback.runtime import TOP, RNNInOps, export_onnx, fast_model, onnx_model, quantize_torch
 from lookback.search import beam_search, greedy, top_tokens
 from lookback.translator import Translator
 
@@ -219,6 +219,35 @@ def test_onnx_int8_weights_have_a_scale_per_column_and_7_bits(tmp_path):
     for name, w in weights.items():
         assert w.min() >= -64 and w.max() <= 64, name
         assert tensors[f"{name}_scale"].shape == (w.shape[1],), name  # (1,) for a one-column product
+
+
+@pytest.mark.parametrize("cell", [nn.GRU, nn.RNN])
+def test_an_rnn_in_products_is_the_rnn(cell):
+    torch.manual_seed(0)
+    rnn = cell(6, 5, num_layers=2, batch_first=True).eval()
+    x, s0 = torch.randn(3, 4, 6), torch.randn(2, 3, 5)  # (B, T, In), (L, B, D)
+    want, want_last = rnn(x, s0)
+    got, got_last = RNNInOps(rnn)(x, s0)
+    assert torch.allclose(got, want, atol=1e-6) and torch.allclose(got_last, want_last, atol=1e-6)
+    assert RNNInOps.fits(rnn)
+    assert not RNNInOps.fits(nn.LSTM(6, 5, batch_first=True))
+    assert not RNNInOps.fits(cell(6, 5, batch_first=True, bidirectional=True))
+
+
+@pytest.mark.parametrize(("cell", "rnn_ops"), [("gru", set()), ("lstm", {"DynamicQuantizeLSTM"})])
+def test_the_int8_decoder_graph_has_its_rnn_in_int8(cell, rnn_ops, tmp_path):
+    """ONNX Runtime has no int8 GRU: the decoder's GRU goes into the graph as products, which
+    the quantiser makes int8; an LSTM stays ONNX's LSTM, which it quantises itself."""
+    import onnx
+
+    export_onnx(tiny_model(vocab=30, seed=0, cell=cell), tmp_path)
+    ops = {n.op_type for n in onnx.load(tmp_path / "decoder.int8.onnx").graph.node}
+    assert not ops & {"GRU", "RNN", "LSTM"}
+    assert {"DynamicQuantizeLSTM"} & ops == rnn_ops
+    nodes = onnx.load(tmp_path / "decoder.int8.onnx").graph.node
+    rnn_products = [n for n in nodes if n.name.startswith("/decoder/rnn/") and "MatMul" in n.op_type]
+    assert (len(rnn_products) >= 2) == (cell == "gru")  # W_ih x and W_hh s
+    assert all(n.op_type != "MatMul" for n in rnn_products)  # each one int8
 
 
 def test_an_ensemble_runs_on_onnxruntime(run, tmp_path):
