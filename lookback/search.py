@@ -226,16 +226,19 @@ def beam_search(
     nbest: int = 1,
     length_penalty: float = 1.0,
     max_ratio: float = 2.0,
-    seeds: list[Hypothesis] | None = None,
     coverage_penalty: float = 0.0,
+    at_least_greedy: bool = False,
 ) -> list[list[Hypothesis]]:
     """Keep the `beam` best partial outputs of each sentence at every step; return its `nbest`
     best finished ones, scored by log-probability over lp(length) ** `length_penalty`, plus
     GNMT's coverage penalty with weight `coverage_penalty` (coverage.py; 0: none).
 
-    `seeds`, one finished hypothesis per sentence (the Translator passes greedy's outputs),
-    join the finished ones from the start: a beam can prune the path greedy took, and with
-    them the search never returns less than greedy under its own objective.
+    `at_least_greedy` (the Translator's choice): never return less than greedy search under
+    the search's own objective, which a beam can, by pruning the path greedy takes. Greedy's
+    path is followed inside the beam (row `g` of each sentence, continued by its best token);
+    its end joins the finished hypotheses wherever it ranks, and only the sentences whose
+    beam dropped the path run greedy search afterwards, for their finished ones. A sentence
+    that stops while the path is live needs nothing: the stop rule bounds the path too.
 
     A sentence is done when no live hypothesis can beat its nbest-th finished one: with
     log-probability L, none can score above L / lp(limit), as log-probabilities only fall,
@@ -247,10 +250,8 @@ def beam_search(
     B, K, device, order = src.size(0), beam, src.device, itertools.count()
     live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
     finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first
-    for heap, h in zip(finished, seeds or [], strict=False):
-        score = rank_score(h.logprob, len(h.tokens), h.alpha, length_penalty, coverage_penalty)
-        h = Hypothesis(h.tokens, score, h.logprob, h.alpha)
-        heap.append((h.score, -next(order), h))  # found first: ranks first among equals
+    g = torch.zeros(B, dtype=torch.long, device=device)  # (A,) greedy's row in the beam; -1: none
+    dropped: list[int] = []  # sentences whose beam dropped greedy's path
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
         A, k = live.scores.shape
@@ -262,14 +263,17 @@ def beam_search(
         cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend
         live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
 
-        # 1) candidates ending with </s> within the top K become finished hypotheses
-        ends = (cand_tokens[:, :K] == EOS) & torch.isfinite(cand_scores[:, :K])
+        # greedy's path goes on by its row's best token (j = 0), if among the 2K candidates
+        greedy_next = (cand_beams == g.unsqueeze(1)) & (cand_j == 0)  # (A, 2K), one True or none
+
+        # 1) candidates ending with </s> within the top K become finished hypotheses (and
+        # greedy's end, wherever it ranks)
+        ends = (cand_tokens == EOS) & torch.isfinite(cand_scores)  # (A, 2K)
+        ends &= (torch.arange(ends.size(1), device=device) < K) | (greedy_next & at_least_greedy)
         for a, j in ends.nonzero().tolist():
             row, logprob = int(cand_rows[a, j]), float(cand_scores[a, j])
             hyp = live.finish(row, logprob, src_len, length_penalty, coverage_penalty)
             heap = finished[int(live.sent[a])]
-            if seeds and hyp.tokens == seeds[int(live.sent[a])].tokens:
-                continue  # the seed itself, found again
             heapq.heappush(heap, (hyp.score, -next(order), hyp))  # ties: the first found ranks first
             if len(heap) > K:
                 heapq.heappop(heap)  # the worst of K + 1
@@ -278,6 +282,10 @@ def beam_search(
         going_on = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
         scores, pick = going_on.topk(min(K, going_on.size(1)), dim=-1)  # (A, K); -inf: an empty slot
         rows, y = cand_rows.gather(1, pick), cand_tokens.gather(1, pick)  # (A, K)
+        kept_on = greedy_next.gather(1, pick) & torch.isfinite(scores)  # (A, K) greedy's path, if kept
+        if at_least_greedy:  # greedy's path neither ended in (1) nor goes on in (2): dropped
+            dropped += live.sent[(g >= 0) & ~(greedy_next & ends).any(1) & ~kept_on.any(1)].tolist()
+        g = torch.where(kept_on.any(1), kept_on.float().argmax(1), -1)  # (A,) its row in the next beam
 
         # 3) sentences that are done leave the batch: no live hypothesis can beat the finished
         bound = scores[:, 0] / ((5 + live.limit) / 6) ** length_penalty  # (A,) lp(limit) of the best live
@@ -289,4 +297,10 @@ def beam_search(
             break
         keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
         live = live.select(keep, rows, y, scores)
+        g = g if keep is None else g[keep]
+    if dropped:  # greedy's own outputs for the sentences whose beam dropped its path
+        idx = torch.tensor(dropped, device=device)
+        for b, h in zip(dropped, greedy(model, src[idx], src_len[idx], max_ratio), strict=True):
+            score = rank_score(h.logprob, len(h.tokens), h.alpha, length_penalty, coverage_penalty)
+            heapq.heappush(finished[b], (score, 1, Hypothesis(h.tokens, score, h.logprob, h.alpha)))
     return [[h for _, _, h in heapq.nlargest(nbest, f)] for f in finished]

@@ -171,10 +171,9 @@ class Translator:
             src, src_len = pad([ids[i] for i in chunk])
             src, src_len, ratio = src.to(self.device), src_len.to(self.device), self.decode.max_ratio
             with autocast(self.device, self.precision), search_threads(self.model):
-                first = greedy(self.model, src, src_len, ratio)
                 if beam == 1 and nbest == 1:
-                    hyps = [[h] for h in first]
-                else:  # greedy's outputs seed the beam: never less than greedy (docs/search.md)
+                    hyps = [[h] for h in greedy(self.model, src, src_len, ratio)]
+                else:  # never less than greedy (docs/search.md)
                     hyps = beam_search(
                         self.model,
                         src,
@@ -183,8 +182,8 @@ class Translator:
                         nbest,
                         length_penalty,
                         ratio,
-                        first,
                         self.decode.coverage_penalty,
+                        at_least_greedy=True,
                     )
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]

@@ -244,7 +244,7 @@ def test_the_search_goes_on_past_improbable_ends_until_none_can_win():
     assert best.score == pytest.approx(expected / lp(5, 1.0), abs=1e-3)
 
 
-def test_greedy_as_a_seed_keeps_beam_search_from_returning_less_than_greedy():
+def test_at_least_greedy_keeps_beam_search_from_returning_less_than_greedy():
     """A decoder whose beam of 2 prunes the path greedy takes: after <s> a (.40) or b (.35);
     after 'a' greedy goes on with a (.34) and then ends (.95), but 'b c' (.175) and 'b b'
     (.1575) both beat 'a a' (.136) at step 2, and every path from b ends badly. Alone, beam 2
@@ -272,7 +272,22 @@ def test_greedy_as_a_seed_keeps_beam_search_from_returning_less_than_greedy():
     floor = g.logprob / lp(3, 1.0)
     [[alone]] = beam_search(model, src, src_len, beam=2)
     assert alone.tokens[0] == 5 and alone.score < floor - 0.5  # greedy's path was pruned
-    [[seeded]] = beam_search(model, src, src_len, beam=2, seeds=[g])
+    [[seeded]] = beam_search(model, src, src_len, beam=2, at_least_greedy=True)
     assert seeded.tokens == [4, 4] and seeded.score == pytest.approx(floor)
-    hyps = beam_search(model, src, src_len, beam=3, nbest=3, seeds=[g])[0]  # the seed is not listed twice
+    hyps = beam_search(model, src, src_len, beam=3, nbest=3, at_least_greedy=True)[0]  # greedy's once
     assert len({tuple(h.tokens) for h in hyps}) == len(hyps) == 3
+
+
+@pytest.mark.parametrize("seed", [1, 3])  # untrained models where beam 2 loses greedy's output
+def test_at_least_greedy_is_the_better_of_beam_and_greedy(seed):
+    """Following greedy's path inside the beam (and running greedy only where the beam dropped
+    it) returns what running greedy first and keeping the better of the two would."""
+    model = tiny_model(vocab=12, attention="additive", seed=seed)
+    torch.manual_seed(seed)
+    src, src_len = pad([torch.randint(4, 12, (int(n),)).tolist() for n in torch.randint(2, 9, (48,))])
+    greedy_scores = [h.logprob / lp(len(h.tokens) + 1, 1.0) for h in greedy(model, src, src_len)]
+    plain = [hs[0] for hs in beam_search(model, src, src_len, beam=2)]
+    both = [hs[0] for hs in beam_search(model, src, src_len, beam=2, at_least_greedy=True)]
+    for p, b, g in zip(plain, both, greedy_scores, strict=True):
+        assert b.score == pytest.approx(max(p.score, g), abs=1e-5)
+    assert any(p.score < g - 1e-4 for p, g in zip(plain, greedy_scores, strict=True))  # beam 2 lost some
