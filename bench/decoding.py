@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def export_weights(run: Path, system: str) -> Path:
     """RUN/SYSTEM's last.pt as an export with ONNX graphs (made once)."""
     out = run / f"{system}.export"
-    if not (out / "onnx" / "decoder.int8.onnx").is_file():
+    if not (out / "onnx" / "decoder.int8-vnni.onnx").is_file():  # (exports before it: made again)
         cmd = [sys.executable, "-m", "lookback", "export", str(run / system), "-o", str(out)]
         subprocess.run([*cmd, "--checkpoint", "last", "--onnx"], check=True)
     return out

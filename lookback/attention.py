@@ -153,11 +153,12 @@ class AdditiveScore(Score):
 
 
 def tanh(x: Tensor) -> Tensor:
-    """tanh(x) = 2 sigmoid(2x) - 1, computed so in float32: the same function (within 2e-7),
-    but PyTorch's CPU sigmoid is several times faster than its tanh, and additive attention
-    takes the tanh of (B, T, S, A) numbers at every step (bench/kernels.py). In bf16 the
-    subtraction would lose small values' digits: there it is torch.tanh."""
-    if x.dtype != torch.float32:
+    """tanh(x) = 2 sigmoid(2x) - 1, computed so in float32 on the CPU: the same function (within
+    2e-7), but PyTorch's CPU sigmoid is several times faster than its tanh, and additive
+    attention takes the tanh of (B, T, S, A) numbers at every step (bench/kernels.py). In bf16
+    the subtraction would lose small values' digits, and on a GPU four passes over memory
+    cost more than one: there it is torch.tanh."""
+    if x.dtype != torch.float32 or x.device.type != "cpu":
         return torch.tanh(x)
     return torch.sigmoid(x * 2) * 2 - 1
 

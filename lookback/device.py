@@ -61,6 +61,12 @@ def native_bf16(device: torch.device) -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & set((_cpuinfo("flags") or "").split()))
 
 
+def vnni() -> bool:
+    """Does this CPU multiply int8 with VNNI (avx512_vnni or avx_vnni), summing byte products
+    into 32 bits? Without it, x86 int8 kernels sum pairs of them into 16 bits first."""
+    return bool({"avx512_vnni", "avx_vnni"} & set((_cpuinfo("flags") or "").split()))
+
+
 def autocast(device: torch.device, precision: str) -> torch.autocast:
     """The forward pass in bf16/fp16 where it is safe (matrix products), fp32 elsewhere."""
     dtype = DTYPES.get(precision, torch.float32)

@@ -46,6 +46,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from . import device
 from .decoder import DecoderOutput, DecoderState
 from .encoder import EncoderOutput
 from .errors import CheckpointError
@@ -56,7 +57,8 @@ logger = logging.getLogger(__name__)
 
 QUANTIZE = ("int8",)
 BACKENDS = ("torch", "onnxruntime")
-ONNX_DIR = "onnx"  # in an export: encoder.onnx, decoder.onnx and their .int8 twins
+ONNX_DIR = "onnx"  # in an export: encoder.onnx, decoder.onnx and their int8 twins
+INT8, INT8_VNNI = ".int8.onnx", ".int8-vnni.onnx"  # 7-bit weights for any CPU, 8-bit for VNNI
 GRAPHS = ("encoder", "decoder")
 TOP = ("top_logp", "top_tokens", "eos_logp")  # the decoder graph's search.top_tokens
 OPSET = 17
@@ -238,7 +240,7 @@ _AXES = {  # dynamic axes by name: B batch (A in search), S source, R rows
 
 def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[Path]:
     """Write encoder.onnx and decoder.onnx for `model` into `folder` (and, with `int8`, their
-    dynamically quantised twins encoder.int8.onnx, decoder.int8.onnx); returns the paths."""
+    dynamically quantised twins: NAME.int8.onnx, NAME.int8-vnni.onnx); returns the paths."""
     supports_onnx(model)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -289,18 +291,25 @@ def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[P
             )
             paths.append(path)
     model.train(was_training)
-    if int8:
-        paths += [quantize_onnx(p) for p in paths]
+    if int8:  # an export made on one CPU runs on others: both int8 twins, chosen when loaded
+        paths += [quantize_onnx(p, full_range) for full_range in (False, True) for p in paths]
     return paths
 
 
-def quantize_onnx(path: Path) -> Path:
-    """ONNX Runtime's int8 dynamic quantisation of the graph at `path`: NAME.onnx -> NAME.int8.onnx."""
+def quantize_onnx(path: Path, full_range: bool = False) -> Path:
+    """ONNX Runtime's int8 dynamic quantisation of the graph at `path`, one scale per output
+    column: NAME.onnx -> NAME.int8.onnx with 7-bit weights, which any x86 CPU runs exactly;
+    `full_range`: NAME.int8-vnni.onnx with 8-bit ones, for CPUs with VNNI only.
+
+    Without VNNI, ONNX Runtime's x86 kernels add pairs of byte products in 16 bits, which
+    8-bit weights can overflow; its docs advise the reduced range there. With VNNI the sums
+    are 32-bit and the eighth bit is free precision: on Multi30k val it brought the int8
+    beam-5 outputs unlike fp32's from 302 to 186 of 1,014 (docs/performance.md)."""
     _require_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    out = path.with_suffix(".int8.onnx")
+    out = path.with_suffix(INT8_VNNI if full_range else INT8)
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantiser logs and prints a line per tensor it leaves out
@@ -308,16 +317,22 @@ def quantize_onnx(path: Path) -> Path:
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
             ready = Path(tmp) / path.name
             quant_pre_process(path, ready)  # shapes inferred and the graph simplified, as the quantiser asks
-            # one scale per output column, and 7-bit weights: on CPUs without VNNI, ONNX Runtime
-            # multiplies byte pairs into 16 bits, which full-range weights can overflow (its docs);
-            # an export made on one CPU runs on others (docs/performance.md)
-            quantize_dynamic(ready, out, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
+            quantize_dynamic(
+                ready, out, weight_type=QuantType.QInt8, per_channel=True, reduce_range=not full_range
+            )
     finally:
         root.setLevel(level)
     return out
 
 
 # -- running on ONNX Runtime ---------------------------------------------------------------------
+
+
+def int8_suffix(folder: Path) -> str:
+    """Which int8 graphs of `folder` to run: the 8-bit ones on a CPU with VNNI (where the
+    folder has them: exports before them have the 7-bit ones only), else the 7-bit ones."""
+    full = all((folder / f"{graph}{INT8_VNNI}").is_file() for graph in GRAPHS)
+    return INT8_VNNI if full and device.vnni() else INT8
 
 
 class OnnxEncoding(NamedTuple):
@@ -408,7 +423,7 @@ class OnnxSeq2Seq(nn.Module):
         Runtime's default, one per core."""
         ort = _require_onnxruntime()
         super().__init__()
-        suffix = ".int8.onnx" if quantize == "int8" else ".onnx"
+        suffix = ".onnx" if quantize != "int8" else int8_suffix(Path(folder))
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

@@ -150,7 +150,14 @@ TEST = [en for en, _ in toy_pairs(40, seed=3)]
 def test_an_onnx_export_translates_as_the_run_directory_and_loads_no_pickle(run, tmp_path, monkeypatch):
     out = tmp_path / "model"
     info = export(run, out, onnx=True)
-    assert info["onnx"] == ["decoder.int8.onnx", "decoder.onnx", "encoder.int8.onnx", "encoder.onnx"]
+    assert info["onnx"] == [
+        "decoder.int8-vnni.onnx",
+        "decoder.int8.onnx",
+        "decoder.onnx",
+        "encoder.int8-vnni.onnx",
+        "encoder.int8.onnx",
+        "encoder.onnx",
+    ]
     assert "--backend onnxruntime" in (out / "README.md").read_text(encoding="utf-8")
     reference = Translator.load(run)
 
@@ -203,22 +210,36 @@ def test_int8_weights_are_int8():
     assert {f"{dynamic}.linear.Linear", f"{dynamic}.rnn.GRU"} <= quantized
 
 
-def test_onnx_int8_weights_have_a_scale_per_column_and_7_bits(tmp_path):
-    """quantize_onnx asks for per-channel scales and a reduced range: the int8 weights of every
-    matrix product lie in [-64, 64], with one scale per output column."""
+@pytest.mark.parametrize(("suffix", "bound"), [(".int8.onnx", 64), (".int8-vnni.onnx", 127)])
+def test_onnx_int8_weights_have_a_scale_per_column_and_7_or_8_bits(tmp_path, suffix, bound):
+    """quantize_onnx asks for per-channel scales: the int8 weights of every matrix product have
+    one scale per output column, and lie in [-64, 64] (7 bits, for any CPU) or use the full
+    8 bits (the twin for CPUs with VNNI)."""
     import onnx
     from onnx import numpy_helper
 
     export_onnx(tiny_model(vocab=30, seed=0), tmp_path)
-    graph = onnx.load(tmp_path / "decoder.int8.onnx").graph
+    graph = onnx.load(tmp_path / f"decoder{suffix}").graph
     tensors = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     weights = {n.removesuffix("_quantized"): w for n, w in tensors.items() if n.endswith("_quantized")}
     weights = {n: w for n, w in weights.items() if w.dtype == "int8"}  # the products' (embeddings: uint8)
     assert len(weights) >= 3  # attention, readout, output layer (V = 33 columns)
     assert any(w.shape[1] == 33 for w in weights.values())
     for name, w in weights.items():
-        assert w.min() >= -64 and w.max() <= 64, name
+        assert w.min() >= -bound and w.max() <= bound, name
         assert tensors[f"{name}_scale"].shape == (w.shape[1],), name  # (1,) for a one-column product
+    assert max(int(abs(w).max()) for w in weights.values()) > 64 if bound == 127 else True
+
+
+@pytest.mark.parametrize("vnni", [False, True])
+def test_the_8_bit_graphs_run_only_on_a_cpu_with_vnni(tmp_path, monkeypatch, vnni):
+    from lookback import device, runtime
+
+    export_onnx(tiny_model(vocab=30, seed=0), tmp_path)
+    monkeypatch.setattr(device, "vnni", lambda: vnni)
+    assert runtime.int8_suffix(tmp_path) == (".int8-vnni.onnx" if vnni else ".int8.onnx")
+    (tmp_path / "encoder.int8-vnni.onnx").unlink()  # an export made before the 8-bit twins
+    assert runtime.int8_suffix(tmp_path) == ".int8.onnx"
 
 
 @pytest.mark.parametrize("cell", [nn.GRU, nn.RNN])
