@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from lookback import device
 from lookback.data import read_parallel
 from lookback.device import cpu_name
 from lookback.evaluate import score
@@ -52,7 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test", default="multi30k:test_2016_flickr", help="corpus spec")
     ap.add_argument("--checkpoint", default="best", help="of a run directory (best, last)")
     ap.add_argument("-o", "--output", type=Path, required=True, help="the JSON to write")
+    ap.add_argument(
+        "--seven-bit",
+        action="store_true",
+        help="ONNX Runtime int8 on the 7-bit graphs (NAME.int8.onnx) even where the CPU has VNNI",
+    )
     args = ap.parse_args(argv)
+    if args.seven_bit:
+        device.vnni = lambda: False  # runtime.int8_suffix then picks the 7-bit graphs
     reference = Translator.load(args.model, args.checkpoint, precision="fp32")  # auto: bf16 on some CPUs
     data = reference.config.data
     src, ref = read_parallel(args.test, data.src_lang, data.tgt_lang, data.multi30k_dir)
@@ -64,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "onnxruntime_int8_graphs": "8-bit" if device.vnni() else "7-bit",  # runtime.int8_suffix
         "beams": {},
     }
     for beam in (1, 5):

@@ -55,9 +55,9 @@ def top_tokens(logits: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
     the tokens (R, n), and log P(</s>) (R, 1). The ONNX decoder graph computes this same
     function inside the graph (runtime.py), so that its (R, V) logits never leave it.
 
-    Two choices for speed on the CPU, where this is a fifth of beam search's time
-    (bench/kernels.py): log_softmax, one pass, rather than logsumexp (PyTorch 2.13's CPU
-    logsumexp and exp are 2x slower than its log_softmax), and `top_k`'s blocks.
+    Two choices for speed on the CPU, where this runs at every step over (R, V) numbers:
+    log_softmax rather than logsumexp (PyTorch 2.13's CPU logsumexp is about 2x slower than
+    its log_softmax), and `top_k`'s blocks rather than one topk (bench/kernels.py).
     """
     logits = logits if logits.dtype == torch.float32 else logits.float()  # (no copy in a graph)
     logp = torch.log_softmax(logits, dim=-1)  # (R, V)
