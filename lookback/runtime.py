@@ -113,8 +113,9 @@ class _EncoderGraph(nn.Module):
 class RNNInOps(nn.Module):
     """A batch-first nn.GRU or tanh nn.RNN written as matrix products and gates, for the
     decoder graph. Traced as ONNX's own GRU op, the decoder's RNN stays fp32 in the int8
-    graph (ONNX Runtime quantises MatMul, Gemm and LSTM, not GRU or RNN): 28% of an int8
-    beam-search step. As products, the quantiser makes them int8 like every other layer.
+    graph (ONNX Runtime quantises MatMul, Gemm and LSTM, not GRU or RNN), the costliest node
+    of an int8 step after the output layer. As products, the quantiser makes them int8 like
+    every other layer (docs/performance.md, issue 17's third run).
 
     The same weights and the equations of PyTorch's nn.GRU, per layer, for input x_t:
 

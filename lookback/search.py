@@ -68,19 +68,22 @@ def top_tokens(logits: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
 BLOCK = 64  # top_k's block size: the fastest of 16-256 for V = 8,000 (bench/kernels.py)
 
 
-def top_k(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
+def top_k(x: Tensor, n: int | Tensor) -> tuple[Tensor, Tensor]:
     """x.topk(n) of each row of x (R, V), in two smaller steps: the n best values of a row lie
     in the n blocks of BLOCK columns with the largest maxima (a block holding one of them
     has a maximum at least as large as it), so topk runs on n blocks' columns, not all V.
     Exact: the same values and, but for ties, the same columns. Where n blocks would cover
-    the row, and on a GPU (whose topk is fast), it is x.topk(n) itself."""
+    the row, and on a GPU (whose topk is fast), it is x.topk(n) itself. In the ONNX graph n
+    is a tensor (an input of the graph), and more than all blocks means all of them."""
     R, V = x.shape
     m = V // BLOCK * BLOCK  # the columns in whole blocks; the rest (< BLOCK) always join
-    if n * BLOCK >= m or x.device.type != "cpu":
+    traced = isinstance(n, Tensor)
+    if m == 0 or x.device.type != "cpu" or (not traced and n * BLOCK >= m):
         return x.topk(n, dim=-1)
     blocks = (x if m == V else x[:, :m]).view(R, m // BLOCK, BLOCK)  # (no copy of x in a graph)
-    _, best = blocks.amax(-1).topk(n, dim=-1, sorted=False)  # (R, n) the blocks to look in
-    cols = (best.unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=x.device)).view(R, -1)  # (R, n*BLOCK)
+    k = n.clamp(max=m // BLOCK) if traced else n  # blocks to look in
+    _, best = blocks.amax(-1).topk(k, dim=-1, sorted=False)  # (R, k) the blocks to look in
+    cols = (best.unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=x.device)).view(R, -1)  # (R, k*BLOCK)
     if m < V:
         cols = torch.cat([cols, torch.arange(m, V, device=x.device).expand(R, -1)], 1)
     top, j = x.gather(1, cols).topk(n, dim=-1)  # (R, n)

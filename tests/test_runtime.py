@@ -115,6 +115,32 @@ def test_one_onnx_step_equals_the_decoder_step_for_any_beam(twins, name):
                 y = out.logits[:, -1:].argmax(-1)
 
 
+def test_the_graphs_top_k_in_blocks_for_any_beam(tmp_path):
+    """With 303 target ids, search.top_k works in 4 blocks of 64 and a tail of 47 inside the
+    graph too: n over the 4 blocks (a wide beam) takes them all."""
+    import onnx
+
+    model = tiny_model(vocab=300, seed=3)
+    export_onnx(model, tmp_path, int8=False)
+    assert "ReduceMax" in {n.op_type for n in onnx.load(tmp_path / "decoder.onnx").graph.node}  # blocks
+    twin = onnx_model(model, tmp_path, None, threads=1)
+    src = SRC.clamp(max=299)
+    with torch.no_grad():
+        enc, enc_x = model.encode(src, SRC_LEN), twin.encode(src, SRC_LEN)
+        state, state_x = model.decoder.init_state(enc), twin.decoder.init_state(enc_x)
+        y = torch.full((len(src), 1), 7)
+        out = model.decoder(y, enc, state)
+        for n in (1, 3, 4, 6, 12):
+            logp, tokens, _ = top_tokens(out.logits[:, -1], n)
+            _, logp_x, tokens_x, _ = twin.decoder.forward_top(y, enc_x, state_x, n)
+            assert torch.equal(tokens_x, tokens) and torch.equal(tokens, out.logits[:, -1].topk(n).indices)
+            torch.testing.assert_close(logp_x, logp, atol=1e-4, rtol=1e-4)
+    for ours, theirs in zip(
+        beam_search(model, src, SRC_LEN, 6, 2), beam_search(twin, src, SRC_LEN, 6, 2), strict=True
+    ):
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+
+
 def test_a_graph_without_top_tokens_still_searches(twins, monkeypatch):
     """Graphs exported before the decoder graph picked the n best tokens itself have no such
     outputs: search then picks them from the logits in PyTorch, with the same result."""
