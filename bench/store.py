@@ -14,6 +14,12 @@ Writes bench/results/store.json with the CPU named:
 
     python -m bench.store [--pairs 5000000] [--steps 200] [--repeats 3] [--out bench/results/store.json]
     python -m bench.store --pairs 0 --repeats 4     # the Multi30k comparison only
+    python -m bench.store --profile --out bench/results/store_profile.json
+
+--profile trains on Multi30k once a side, in this process, under cProfile, and
+reports where the store could cost time: the seconds spent making batches (the
+update plan's iteration: reading the pairs, from a list or from the store, and
+padding them) against the seconds in the updates themselves.
 """
 
 from __future__ import annotations
@@ -95,14 +101,49 @@ def config(data: dict, run_dir: Path, steps: int, cache: Path, store: bool) -> d
     }
 
 
+def profile_sides(steps: int, folder: Path) -> dict:
+    """One Multi30k run a side under cProfile: cumulative seconds in batching and in updates."""
+    import cProfile
+    import pstats
+
+    from lookback.config import from_dict
+    from lookback.train import Trainer
+
+    def seconds(stats: dict, file: str, name: str) -> float:
+        return round(sum(v[3] for k, v in stats.items() if k[0].endswith(file) and k[2] == name), 3)
+
+    out = {}
+    for label, store in (("multi30k_memory", False), ("multi30k_store", True)):
+        data = {"train": "multi30k:train", "valid": "multi30k:val"}
+        trainer = Trainer(from_dict(config(data, folder / f"run_{label}", steps, folder / "cache", store)))
+        profile = cProfile.Profile()
+        profile.runcall(trainer.train)
+        stats = pstats.Stats(profile).stats  # (file, line, function) -> (.., .., tottime, cumtime, ..)
+        out[label] = {
+            "batches_s": seconds(stats, "lookback/batch.py", "__iter__"),  # UpdatePlan: read + pad
+            "store_reads_s": seconds(stats, "lookback/store.py", "__getitem__"),
+            "updates_s": seconds(stats, "lookback/train.py", "train_step"),
+        }
+        out[label]["batches_per_update_ms"] = round(1000 * out[label]["batches_s"] / steps, 2)
+        print(label, out[label], flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", type=int, default=5_000_000)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3, help="Multi30k runs per side, in alternating order")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "store.json"))
+    p.add_argument("--profile", action="store_true", help="where the time goes, one run a side (above)")
     args = p.parse_args()
     results = {"cpu": cpu_model(), "threads": os.cpu_count(), "pairs": args.pairs, "steps": args.steps}
+    if args.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            results["profile"] = profile_sides(args.steps, Path(tmp))
+        write_json(Path(args.out), results)
+        print(f"wrote {args.out}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         synthetic = (("synthetic", args.pairs), ("synthetic_tenth", args.pairs // 10)) if args.pairs else ()
