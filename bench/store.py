@@ -132,6 +132,9 @@ def profile_sides(steps: int, folder: Path) -> dict:
             [pairs[i] for i in idx]
         reading = (time.perf_counter() - start) / len(batches)
         out[label]["reading_pairs_per_update_ms"] = round(1000 * reading, 3)
+        metrics = (folder / f"run_{label}" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        losses = [json.loads(line)["loss"] for line in metrics if '"kind": "train"' in line]
+        out[label]["train_losses"] = losses  # the same batches and arithmetic: the same losses
         print(label, out[label], flush=True)
     return out
 
