@@ -19,7 +19,8 @@ Writes bench/results/store.json with the CPU named:
 --profile trains on Multi30k once a side, in this process, under cProfile, and
 reports where the store could cost time: the seconds spent making batches (the
 update plan's iteration: reading the pairs, from a list or from the store, and
-padding them) against the seconds in the updates themselves.
+padding them) against the seconds in the updates themselves; then again with the
+store's run first (the second run in a process can be the slower one).
 """
 
 from __future__ import annotations
@@ -101,8 +102,9 @@ def config(data: dict, run_dir: Path, steps: int, cache: Path, store: bool) -> d
     }
 
 
-def profile_sides(steps: int, folder: Path) -> dict:
-    """One Multi30k run a side under cProfile: cumulative seconds in batching and in updates."""
+def profile_sides(steps: int, folder: Path, store_first: bool = False) -> dict:
+    """One Multi30k run a side under cProfile, in this process, memory's first unless
+    `store_first`: cumulative seconds in batching and in updates."""
     import cProfile
     import pstats
 
@@ -113,7 +115,8 @@ def profile_sides(steps: int, folder: Path) -> dict:
         return round(sum(v[3] for k, v in stats.items() if k[0].endswith(file) and k[2] == name), 3)
 
     out = {}
-    for label, store in (("multi30k_memory", False), ("multi30k_store", True)):
+    sides = (("multi30k_memory", False), ("multi30k_store", True))
+    for label, store in sides[::-1] if store_first else sides:
         data = {"train": "multi30k:train", "valid": "multi30k:val"}
         trainer = Trainer(from_dict(config(data, folder / f"run_{label}", steps, folder / "cache", store)))
         profile = cProfile.Profile()
@@ -149,8 +152,9 @@ def main() -> None:
     args = p.parse_args()
     results = {"cpu": cpu_model(), "threads": os.cpu_count(), "pairs": args.pairs, "steps": args.steps}
     if args.profile:
-        with tempfile.TemporaryDirectory() as tmp:
-            results["profile"] = profile_sides(args.steps, Path(tmp))
+        for order, store_first in (("memory_first", False), ("store_first", True)):  # both orders
+            with tempfile.TemporaryDirectory() as tmp:
+                results[f"profile_{order}"] = profile_sides(args.steps, Path(tmp), store_first)
         write_json(Path(args.out), results)
         print(f"wrote {args.out}")
         return
