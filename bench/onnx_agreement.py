@@ -25,6 +25,7 @@ from lookback import device
 from lookback.data import read_parallel
 from lookback.device import cpu_name
 from lookback.evaluate import score
+from lookback.runtime import INT8, INT8_VNNI, ONNX_DIR, int8_suffix
 from lookback.translator import Translator
 
 from .common import cpu_flags
@@ -45,6 +46,15 @@ def compare(reference: list, other: list) -> dict:
         "max_attention_difference": max(alpha, default=None),
         "max_score_difference": max((abs(a.score - b.score) for a, b in same), default=None),
     }
+
+
+def int8_graphs(model: Path) -> str:
+    """The int8 graphs ONNX Runtime runs for `model`: an export's own (runtime.int8_suffix), or
+    for a run directory both twins exported on the fly, chosen by the CPU alike."""
+    folder = model / ONNX_DIR
+    if (folder / "encoder.onnx").is_file():
+        return int8_suffix(folder)
+    return INT8_VNNI if device.vnni() else INT8
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "onnxruntime_int8_graphs": "8-bit" if device.vnni() else "7-bit",  # runtime.int8_suffix
+        "onnxruntime_int8_graphs": "8-bit" if int8_graphs(Path(args.model)) == INT8_VNNI else "7-bit",
         "beams": {},
     }
     for beam in (1, 5):

@@ -114,10 +114,9 @@ def profile_sides(steps: int, folder: Path, store_first: bool = False) -> dict:
     def seconds(stats: dict, file: str, name: str) -> float:
         return round(sum(v[3] for k, v in stats.items() if k[0].endswith(file) and k[2] == name), 3)
 
-    out = {}
+    out, data = {}, {"train": "multi30k:train", "valid": "multi30k:val"}
     sides = (("multi30k_memory", False), ("multi30k_store", True))
     for label, store in sides[::-1] if store_first else sides:
-        data = {"train": "multi30k:train", "valid": "multi30k:val"}
         trainer = Trainer(from_dict(config(data, folder / f"run_{label}", steps, folder / "cache", store)))
         profile = cProfile.Profile()
         profile.runcall(trainer.train)

@@ -58,19 +58,24 @@ def native_bf16(device: torch.device) -> bool:
     """Does `device` run bf16 natively: a CUDA GPU that says so, a CPU with avx512_bf16 or amx_bf16?"""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return bool({"avx512_bf16", "amx_bf16"} & set((_cpuinfo("flags") or "").split()))
+    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags())
 
 
 def vnni() -> bool:
     """Does this CPU multiply int8 with VNNI (avx512_vnni or avx_vnni), summing byte products
     into 32 bits? Without it, x86 int8 kernels sum pairs of them into 16 bits first."""
-    return bool({"avx512_vnni", "avx_vnni"} & set((_cpuinfo("flags") or "").split()))
+    return bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
     """The forward pass in bf16/fp16 where it is safe (matrix products), fp32 elsewhere."""
     dtype = DTYPES.get(precision, torch.float32)
     return torch.autocast(device.type, dtype=dtype, enabled=precision in DTYPES)
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's flags as /proc/cpuinfo lists them (Linux), or none."""
+    return set((_cpuinfo("flags") or "").split())
 
 
 def _cpuinfo(key: str) -> str | None:

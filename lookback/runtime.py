@@ -305,7 +305,7 @@ def quantize_onnx(path: Path, full_range: bool = False) -> Path:
     Without VNNI, ONNX Runtime's x86 kernels add pairs of byte products in 16 bits, which
     8-bit weights can overflow; its docs advise the reduced range there. With VNNI the sums
     are 32-bit and the eighth bit is free precision: on Multi30k val it brought the int8
-    beam-5 outputs unlike fp32's from 302 to 186 of 1,014 (docs/performance.md)."""
+    beam-5 outputs unlike fp32's from 302 to 180 of 1,014 (docs/performance.md)."""
     _require_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process

@@ -253,7 +253,7 @@ def beam_search(
     B, K, device, order = src.size(0), beam, src.device, itertools.count()
     live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
     finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first
-    g = torch.zeros(B, dtype=torch.long, device=device)  # (A,) greedy's row in the beam; -1: none
+    g = torch.full((B,), 0 if at_least_greedy else -1, device=device)  # (A,) greedy's row; -1: none
     dropped: list[int] = []  # sentences whose beam dropped greedy's path
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
@@ -272,7 +272,7 @@ def beam_search(
         # 1) candidates ending with </s> within the top K become finished hypotheses (and
         # greedy's end, wherever it ranks)
         ends = (cand_tokens == EOS) & torch.isfinite(cand_scores)  # (A, 2K)
-        ends &= (torch.arange(ends.size(1), device=device) < K) | (greedy_next & at_least_greedy)
+        ends &= (torch.arange(ends.size(1), device=device) < K) | greedy_next
         for a, j in ends.nonzero().tolist():
             row, logprob = int(cand_rows[a, j]), float(cand_scores[a, j])
             hyp = live.finish(row, logprob, src_len, length_penalty, coverage_penalty)
@@ -286,8 +286,8 @@ def beam_search(
         scores, pick = going_on.topk(min(K, going_on.size(1)), dim=-1)  # (A, K); -inf: an empty slot
         rows, y = cand_rows.gather(1, pick), cand_tokens.gather(1, pick)  # (A, K)
         kept_on = greedy_next.gather(1, pick) & torch.isfinite(scores)  # (A, K) greedy's path, if kept
-        if at_least_greedy:  # greedy's path neither ended in (1) nor goes on in (2): dropped
-            dropped += live.sent[(g >= 0) & ~(greedy_next & ends).any(1) & ~kept_on.any(1)].tolist()
+        # greedy's path neither ended in (1) nor goes on in (2): dropped
+        dropped += live.sent[(g >= 0) & ~(greedy_next & ends).any(1) & ~kept_on.any(1)].tolist()
         g = torch.where(kept_on.any(1), kept_on.float().argmax(1), -1)  # (A,) its row in the next beam
 
         # 3) sentences that are done leave the batch: no live hypothesis can beat the finished
