@@ -86,6 +86,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "batches; default %(const)s), against the same Joey run",
     )
     ap.add_argument(
+        "--recipe-budget-minutes",
+        type=float,
+        help="the recipe's own training budget (default: --budget-minutes); e.g. Joey trained to its "
+        "plateau and the recipe for a third of that: `--only joey --recipe --budget-minutes 90 "
+        "--recipe-budget-minutes 30`",
+    )
+    ap.add_argument(
         "--configs",
         nargs="+",
         choices=list(settings.CONFIGS),
@@ -296,10 +303,13 @@ def figures_and_ratios(systems: dict[str, dict], system: str = "lookback") -> tu
 def print_table(record: dict[str, Any]) -> None:
     s = record["settings"]
     m = record["machine"]
+    recipe_s = s.get("recipe_budget_s")
+    recipe_budget = f" (recipe {recipe_s / 60:g} min)" if recipe_s and recipe_s != s["budget_s"] else ""
     title = (
         f"config {record['config']} on {m['device']} ({m['gpu'] or m['cpu_model']}), "
         f"threads {s['threads'] or 'default'}, "
-        f"budget {s['budget_s'] / 60:g} min, test {s['test']} ({s['test_sentences']} sentences)"
+        f"budget {s['budget_s'] / 60:g} min{recipe_budget}, "
+        f"test {s['test']} ({s['test_sentences']} sentences)"
         f"{', QUICK' if record['quick'] else ''}"
     )
     systems = [s for s in SYSTEMS if s in record["systems"]] or list(SYSTEMS[:2])
@@ -336,6 +346,7 @@ class Plan:
     args: argparse.Namespace
     device: str
     budget_s: float
+    recipe_budget_s: float  # the recipe system's budget (--recipe-budget-minutes)
     validate_every_s: float
     warmup: int
     test: str  # file prefix in the data folder
@@ -360,10 +371,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
     test = f"{settings.TEST_SET}_{mode['test_limit']}" if mode["test_limit"] else settings.TEST_SET
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
     quick_root = Path(tempfile.mkdtemp(prefix="lookback-bench-")) if args.quick else None
+    budget_s = args.budget_minutes * 60 if args.budget_minutes is not None else mode["budget_s"]
     return Plan(
         args=args,
         device=device,
-        budget_s=args.budget_minutes * 60 if args.budget_minutes is not None else mode["budget_s"],
+        budget_s=budget_s,
+        recipe_budget_s=args.recipe_budget_minutes * 60
+        if args.recipe_budget_minutes is not None
+        else budget_s,
         validate_every_s=(
             args.validate_every_minutes * 60
             if args.validate_every_minutes is not None
@@ -406,6 +421,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
                 **spec,
                 "system": settings.RECIPE_SYSTEM,
                 "recipe": plan.recipe,
+                "budget_s": plan.recipe_budget_s,
                 "lookback_seed": str(recipe_seed),
             }
             write_json(spec_paths[settings.RECIPE_SYSTEM], recipe_spec)
@@ -427,7 +443,8 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
                 results[system][task] = miss(system, task, "training failed")
             else:
                 print(f"bench: {config}: {system} {task} ...", flush=True)
-                timeout = plan.budget_s + 900 if task == "train" else 3600
+                budget_s = plan.recipe_budget_s if system == settings.RECIPE_SYSTEM else plan.budget_s
+                timeout = budget_s + 900 if task == "train" else 3600
                 results[system][task] = run_child(
                     system, task, spec_paths[system], out_dir, timeout, plan.args.joey_venv
                 )
@@ -459,6 +476,7 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
             "batch_sentences pairs; the same batches for both systems",
             "precision": "fp32",
             "budget_s": plan.budget_s,
+            "recipe_budget_s": plan.recipe_budget_s if plan.recipe else None,
             "validate_every_s": plan.validate_every_s,
             "warmup_steps": plan.warmup,
             "max_steps": plan.args.max_steps,

@@ -162,3 +162,49 @@ def test_bench_scores_every_hypothesis_file_as_evaluate_does(tmp_path):
     assert result["recipe.beam1"]["bleu"] == pytest.approx(100.0)
     assert scores_main([str(run), "--json", str(tmp_path / "s.json")]) == 0
     assert common.read_json(tmp_path / "s.json") == result
+
+
+def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monkeypatch):
+    """`--only joey --recipe --recipe-budget-minutes`: Joey to its plateau, the recipe for a third."""
+    import bench.__main__ as bench_main
+
+    data = tmp_path / "work" / "data"
+    data.mkdir(parents=True)
+    (data / f"{bench_main.settings.TEST_SET}.{bench_main.settings.SRC_LANG}").write_text("a\nb\n")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "bench_seed.json").write_text('{"train_pairs": 2}')
+    monkeypatch.setattr(bench_main, "ensure_joey", lambda venv: None)
+    monkeypatch.setattr(bench_main, "prepare_data", lambda work, limit: data)
+    monkeypatch.setattr(bench_main, "prepare_seed", lambda *a, **k: seed)
+    runs = []
+
+    def run_child(system, task, spec_path, out_dir, timeout, venv):
+        runs.append((system, task, bench_main.read_json(spec_path)["budget_s"], timeout))
+        return {"system": system, "task": task}
+
+    monkeypatch.setattr(bench_main, "run_child", run_child)
+    args = bench_main.parse_args(
+        [
+            "--only",
+            "joey",
+            "--recipe",
+            "--budget-minutes",
+            "90",
+            "--recipe-budget-minutes",
+            "30",
+            "--work-dir",
+            str(tmp_path / "work"),
+        ]
+    )
+    plan = bench_main.make_plan(args)
+    assert plan.systems == ["joey", "recipe"] and plan.recipe_budget_s == 1800
+    bench_main.measure(plan, "feed", tmp_path / "out")
+    assert runs == [
+        ("joey", "train", 5400, 5400 + 900),
+        ("joey", "translate", 5400, 3600),
+        ("recipe", "train", 1800, 1800 + 900),
+        ("recipe", "translate", 1800, 3600),
+    ]
+    record = bench_main.make_record(plan, "feed", {}, {s: {} for s in plan.systems}, {})
+    assert (record["settings"]["budget_s"], record["settings"]["recipe_budget_s"]) == (5400, 1800)
