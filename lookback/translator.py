@@ -9,6 +9,8 @@ out.text, out.tokens, out.score, out.attention   # attention: (len(tokens), len(
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,6 +168,22 @@ class Translator:
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
         order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
+        with evaluating(self.model):
+            self._search(ids, order, results, beam, nbest, length_penalty)
+        empty_out = sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x)
+        self._warn(empty_out, len(ids), "empty output")
+        return results
+
+    def _search(
+        self,
+        ids: list[list[int]],
+        order: list[int],
+        results: list[list[Translation]],
+        beam: int,
+        nbest: int,
+        length_penalty: float,
+    ) -> None:
+        """Fill results[i] for each sentence i of `order`, in batches of similar lengths."""
         for start in range(0, len(order), self.decode.batch_size):
             chunk = order[start : start + self.decode.batch_size]  # similar lengths together
             src, src_len = pad([ids[i] for i in chunk])
@@ -187,9 +205,6 @@ class Translator:
                     )
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
-        empty_out = sum(not r[0].ids for r, x in zip(results, ids, strict=True) if x)
-        self._warn(empty_out, len(ids), "empty output")
-        return results
 
     def source_ids(self, sentences: list[str]) -> list[list[int]]:
         """Each sentence as the model reads it: its pieces' ids, cut to max_src_len, with </s>
@@ -219,6 +234,19 @@ class Translator:
             ids=hyp.tokens,
             src_ids=src_ids,
         )
+
+
+@contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """The model in eval mode (no dropout) while it translates, then as it was: the trainer's
+    translator shares the model being trained, and a validation between two updates must
+    neither search with dropout on nor leave it off."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def _vocab(tok: Tokenizer) -> list[str]:

@@ -59,6 +59,26 @@ def test_checkpoint_round_trip_translates_identically(trained):
     assert [x.score for x in a] == pytest.approx([x.score for x in b])
 
 
+def test_translating_between_updates_searches_without_dropout_and_leaves_training_on(trained):
+    """The trainer's translator shares the model being trained (the bench validates so): a
+    search in train mode would run with dropout on, and turning it off must not stick."""
+    sentences = [e for e, _ in toy_pairs(12, seed=7)]
+    drops = [m for m in trained.model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert drops
+    expected = [x.text for x in trained.translator.translate(sentences, beam=1)]
+    try:
+        for m in drops:
+            m.p = 0.5  # with dropout on in the search, 12 outputs would not all come out the same
+        trained.model.train()
+        for _ in range(2):
+            assert [x.text for x in trained.translator.translate(sentences, beam=1)] == expected
+            assert trained.model.training and all(m.training for m in drops)
+    finally:
+        for m in drops:
+            m.p = 0.0
+        trained.model.eval()
+
+
 def test_beam_finds_higher_scoring_outputs_than_greedy_on_average(trained):
     """Not a per-sentence guarantee: beam search is approximate too."""
     model = trained.model.eval()
