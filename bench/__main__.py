@@ -25,6 +25,7 @@ import datetime as dt
 import logging
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="CONFIG",
         help="also train lookback as this config file says (model, learning rate, schedule, token "
         "batches; default %(const)s), against the same Joey run",
+    )
+    ap.add_argument(
+        "--joey-from",
+        type=Path,
+        metavar="RUN_DIR",
+        help="take Joey's results from an earlier run's configuration folder (WORK_DIR/runs/STAMP/CONFIG) "
+        "on this machine instead of training Joey again; recorded in the JSON",
     )
     ap.add_argument(
         "--recipe-budget-minutes",
@@ -365,7 +373,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     systems = [args.only] if args.only else list(SYSTEMS[:2])
     if args.recipe:
         systems.append(settings.RECIPE_SYSTEM)
-    joey_error = ensure_joey(args.joey_venv) if "joey" in systems else None
+    joey_error = ensure_joey(args.joey_venv) if "joey" in systems and not args.joey_from else None
     print(f"bench: preparing data in {args.work_dir}", flush=True)
     data = prepare_data(args.work_dir, mode["test_limit"])
     test = f"{settings.TEST_SET}_{mode['test_limit']}" if mode["test_limit"] else settings.TEST_SET
@@ -435,7 +443,9 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
     for system in plan.systems:
         results[system] = {}
         for task in TASKS:
-            if system == "joey" and plan.joey_error:
+            if system == "joey" and plan.args.joey_from:
+                results[system][task] = earlier_result(plan.args.joey_from, system, task, out_dir)
+            elif system == "joey" and plan.joey_error:
                 results[system][task] = miss(system, task, plan.joey_error)
             elif system == settings.RECIPE_SYSTEM and recipe_error:
                 results[system][task] = miss(system, task, recipe_error)
@@ -449,6 +459,19 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
                     system, task, spec_paths[system], out_dir, timeout, plan.args.joey_venv
                 )
     return spec, results
+
+
+def earlier_result(run_dir: Path, system: str, task: str, out_dir: Path) -> dict:
+    """`system`'s result of `task` from an earlier run's configuration folder (--joey-from), its
+    test translations copied beside this run's, so that bench.scores finds every system's."""
+    path = run_dir / f"{system}.{task}.json"
+    if not path.is_file():
+        return miss(system, task, f"--joey-from: no {path}")
+    result = read_json(path)
+    result["from"] = str(path)
+    for hyps in run_dir.glob(f"{system}.beam*.txt"):
+        shutil.copyfile(hyps, out_dir / hyps.name)
+    return result
 
 
 def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info: dict) -> dict[str, Any]:
@@ -488,6 +511,7 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
             "length_penalty": settings.DECODE["length_penalty"],
             "lookback_overrides": plan.args.lookback_set,  # any of these: not the same configuration
             "recipe": plan.recipe,  # the recipe system: its config file, model and training recipe
+            "joey_from": str(plan.args.joey_from) if plan.args.joey_from else None,  # Joey not run again
         },
         "figures": table,
         "ratios": ratios,

@@ -208,3 +208,28 @@ def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monke
     ]
     record = bench_main.make_record(plan, "feed", {}, {s: {} for s in plan.systems}, {})
     assert (record["settings"]["budget_s"], record["settings"]["recipe_budget_s"]) == (5400, 1800)
+
+
+def test_joey_can_come_from_an_earlier_run_on_this_machine(tmp_path, monkeypatch):
+    """--joey-from: Joey's results and test translations are read, not trained again."""
+    import bench.__main__ as bench_main
+
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for task in ("train", "translate"):
+        bench_main.write_json(earlier / f"joey.{task}.json", {"system": "joey", "task": task, "figures": {}})
+    (earlier / "joey.beam5.txt").write_text("une phrase\n")
+    monkeypatch.setattr(bench_main, "ensure_joey", lambda venv: pytest.fail("Joey is not needed"))
+    data = tmp_path / "work" / "data"
+    data.mkdir(parents=True)
+    (data / f"{bench_main.settings.TEST_SET}.{bench_main.settings.SRC_LANG}").write_text("a\n")
+    monkeypatch.setattr(bench_main, "prepare_data", lambda work, limit: data)
+    args = ["--only", "joey", "--recipe", "--joey-from", str(earlier), "--work-dir", str(tmp_path / "work")]
+    plan = bench_main.make_plan(bench_main.parse_args(args))
+    assert plan.joey_error is None and plan.systems == ["joey", "recipe"]
+    out = tmp_path / "out"
+    out.mkdir()
+    result = bench_main.earlier_result(earlier, "joey", "train", out)
+    assert result["from"] == str(earlier / "joey.train.json")
+    assert (out / "joey.beam5.txt").read_text() == "une phrase\n"
+    assert "no " in bench_main.earlier_result(tmp_path, "joey", "train", out)["error"]
