@@ -141,6 +141,14 @@ class AdditiveScore(Score):
         self.v = nn.Linear(attention_size, 1, bias=False)
         self.w_c = nn.Linear(1, attention_size, bias=False) if coverage else None
 
+    def init_bahdanau(self) -> None:
+        """Bahdanau et al. 2015, B.1: W and U drawn from N(0, 0.001^2), v and the bias zero, so
+        that every score starts at exactly 0 and alpha at uniform (`model.attention_init`)."""
+        for linear in (self.W, self.U):
+            nn.init.normal_(linear.weight, std=0.001)
+        nn.init.zeros_(self.U.bias)
+        nn.init.zeros_(self.v.weight)
+
     def keys(self, h: Tensor) -> Tensor:
         return self.U(h)  # (B, S, He) -> (B, S, A): U h once per sentence
 

@@ -113,6 +113,12 @@ class ModelConfig:
     attend_from: Literal["current", "previous"] = "current"  # query s_t (Luong) or s_{t-1} (Bahdanau)
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
     tie_embeddings: bool = False  # share target embeddings with the output layer
+    layer_norm: bool = (
+        False  # normalise h_i and the readout's input to ~s_t (Ba et al. 2016), outside the RNNs
+    )
+    attention_init: Literal["torch", "bahdanau"] = (
+        "torch"  # additive: PyTorch's default, or W, U ~ N(0, 1e-6), v = 0
+    )
 
     @property
     def enc_out_size(self) -> int:
@@ -336,6 +342,10 @@ def _cross_checks(cfg: Config) -> list[str]:
                 problems.append(f"{key}: needs attention weights, but model.attention is 'none'")
     elif m.coverage and m.attention != "additive":
         problems.append(f"model.coverage: the coverage term is in the additive score, not '{m.attention}'")
+    if m.attention_init != "torch" and m.attention != "additive":
+        problems.append(
+            f"model.attention_init: '{m.attention_init}' initialises the additive score, not '{m.attention}'"
+        )
     t = cfg.train
     if t.sampling_decay != "none" and t.teacher_forcing == 1:
         problems.append(

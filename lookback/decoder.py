@@ -11,7 +11,9 @@ One decoder step, in the notes' names (Appendix A and B):
     c_t   = attend(score(s_t, h))                        attend_from: current (Luong)
     ~s_t  = tanh(W_c [s_t; c_t])                         attentional vector (Luong eq. 5), or with
           = maxout(U_o q_t + V_o y_{t-1} + C_o c_t)      readout: bahdanau (Bahdanau A.2.2), q_t the
-                                                         query: s_{t-1} (previous) or s_t
+                                                         query: s_{t-1} (previous) or s_t;
+                                                         model.layer_norm: LN(W_c [s_t; c_t]) inside
+                                                         the tanh, LN(...) inside the maxout
     P(y_t | y_<t, x) = softmax(W_o ~s_t)                 output distribution (Appendix A.2)
 
 Attention looks at all of h, or with `model.window` at a window of it
@@ -113,6 +115,10 @@ class Decoder(nn.Module):
             self.combine = nn.Linear(D + enc_size, D, bias=False)  # W_c
         else:  # U_o, V_o, C_o side by side; 2 pieces per maxout unit
             self.maxout = nn.Linear(D + cfg.emb_size + enc_size, 2 * D)
+        readout_size = D if cfg.readout == "luong" else 2 * D
+        self.norm = nn.LayerNorm(readout_size) if cfg.layer_norm else nn.Identity()  # model.layer_norm
+        if cfg.attention_init == "bahdanau":
+            self.score.init_bahdanau()
         self.out = nn.Linear(D, vocab_size)  # W_o
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight
@@ -249,9 +255,11 @@ class Decoder(nn.Module):
             e, alpha, c = self.context(s, enc, state.step, state.coverage)
         query = s if query is None else query
         if self.readout == "luong":  # 4) ~s_t (B, T, D)
-            s_tilde = torch.tanh(self.combine(torch.cat([s, c.to(s.dtype)], -1)))
+            s_tilde = torch.tanh(self.norm(self.combine(torch.cat([s, c.to(s.dtype)], -1))))
         else:  # maxout over pairs of units of U_o q_t + V_o y_{t-1} + C_o c_t
-            pieces = self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))  # (B, T, 2D)
+            pieces = self.norm(
+                self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))
+            )  # (B, T, 2D)
             s_tilde = pieces.view(*pieces.shape[:-1], -1, 2).amax(-1)  # (B, T, D)
         coverage = None if state.coverage is None else state.coverage + alpha[:, -1]  # (B, S)
         next_state = DecoderState(hidden, s_tilde[:, -1], state.step + y_prev.size(1), coverage)

@@ -2,6 +2,9 @@
 
 Notes, Appendix A:  x_i = Embed(w_i);  h_i = RNN_enc(x_i, h_{i-1}).
 A bidirectional encoder reads both ways and concatenates: h_i = [fwd_i; bwd_i].
+With `model.layer_norm` each h_i is then layer-normalised (Ba et al. 2016),
+so the scores and contexts read states of one scale (a `final` fixed
+context c stays the RNN's last state; a `mean` one averages the normalised h).
 
 Legend: B batch, S source length, E embedding size, H hidden size per
 direction, He = H x directions, L layers.
@@ -56,6 +59,7 @@ class Encoder(nn.Module):
         self.context = cfg.context
         self.directions = 2 if cfg.bidirectional else 1
         self.out_size = cfg.enc_out_size
+        self.norm = nn.LayerNorm(self.out_size) if cfg.layer_norm else None  # model.layer_norm
 
     def forward(self, src: Tensor, src_len: Tensor, x: Tensor | None = None) -> EncoderOutput:
         """Read a padded batch src (B, S) whose true lengths are src_len (B,). `x` (B, S, E), when
@@ -68,6 +72,8 @@ class Encoder(nn.Module):
         packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
         out, last = self.rnn(packed)
         h, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, He)
+        if self.norm is not None:  # each h_i to mean 0, variance 1, then a learned gain and bias
+            h = self.norm(h)
         if isinstance(last, tuple):  # LSTM: (hidden, memory cell)
             last = last[0]
         if self.context == "final":

@@ -43,6 +43,7 @@ VARIANTS = {  # model config -> a tiny model of it
     "entmax15": {"normalizer": "entmax15"},
     "coverage": {"coverage": True},
     "previous state, Bahdanau readout": {"attend_from": "previous", "readout": "bahdanau"},
+    "layer norm, Bahdanau readout": {"layer_norm": True, "readout": "bahdanau"},
     "local_p window": {"window": "local_p", "window_size": 2},
     "local_m window, LSTM": {"window": "local_m", "window_size": 1, "cell": "lstm"},
     "no attention": {"attention": "none"},
