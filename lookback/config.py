@@ -113,12 +113,8 @@ class ModelConfig:
     attend_from: Literal["current", "previous"] = "current"  # query s_t (Luong) or s_{t-1} (Bahdanau)
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
     tie_embeddings: bool = False  # share target embeddings with the output layer
-    layer_norm: bool = (
-        False  # normalise h_i and the readout's input to ~s_t (Ba et al. 2016), outside the RNNs
-    )
-    attention_init: Literal["torch", "bahdanau"] = (
-        "torch"  # additive: PyTorch's default, or W, U ~ N(0, 1e-6), v = 0
-    )
+    layer_norm: bool = False  # LayerNorm on h_i and inside the readout, outside the RNN cells
+    attention_init: Literal["torch", "bahdanau"] = "torch"  # additive: bahdanau: W, U ~ N(0, 0.001^2), v = 0
 
     @property
     def enc_out_size(self) -> int:

@@ -257,9 +257,8 @@ class Decoder(nn.Module):
         if self.readout == "luong":  # 4) ~s_t (B, T, D)
             s_tilde = torch.tanh(self.norm(self.combine(torch.cat([s, c.to(s.dtype)], -1))))
         else:  # maxout over pairs of units of U_o q_t + V_o y_{t-1} + C_o c_t
-            pieces = self.norm(
-                self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))
-            )  # (B, T, 2D)
+            pieces = self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))  # (B, T, 2D)
+            pieces = self.norm(pieces)
             s_tilde = pieces.view(*pieces.shape[:-1], -1, 2).amax(-1)  # (B, T, D)
         coverage = None if state.coverage is None else state.coverage + alpha[:, -1]  # (B, S)
         next_state = DecoderState(hidden, s_tilde[:, -1], state.step + y_prev.size(1), coverage)

@@ -59,7 +59,7 @@ class Encoder(nn.Module):
         self.context = cfg.context
         self.directions = 2 if cfg.bidirectional else 1
         self.out_size = cfg.enc_out_size
-        self.norm = nn.LayerNorm(self.out_size) if cfg.layer_norm else None  # model.layer_norm
+        self.norm = nn.LayerNorm(self.out_size) if cfg.layer_norm else nn.Identity()  # model.layer_norm
 
     def forward(self, src: Tensor, src_len: Tensor, x: Tensor | None = None) -> EncoderOutput:
         """Read a padded batch src (B, S) whose true lengths are src_len (B,). `x` (B, S, E), when
@@ -72,8 +72,7 @@ class Encoder(nn.Module):
         packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
         out, last = self.rnn(packed)
         h, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, He)
-        if self.norm is not None:  # each h_i to mean 0, variance 1, then a learned gain and bias
-            h = self.norm(h)
+        h = self.norm(h)  # model.layer_norm: each h_i to mean 0, variance 1, then a gain and a bias
         if isinstance(last, tuple):  # LSTM: (hidden, memory cell)
             last = last[0]
         if self.context == "final":
