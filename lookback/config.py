@@ -169,7 +169,7 @@ class DecodeConfig:
     batch_size: int = at_least(64, 1)  # sentences translated at once
     hard_attention: int = at_least(0, 0)  # keep each step's k largest weights, renormalised (0: all)
     coverage_penalty: float = at_least(0.0, 0)  # beam score + beta sum_i log min(sum_t alpha, 1) (GNMT)
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # as train.precision, for translating
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # translating (validations: train.precision)
 
 
 def search_width(beam: int, nbest: int) -> int:

@@ -108,8 +108,14 @@ class Trainer:
         self.scheduler = ReduceLROnPlateau(self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=t.min_lr)
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
-        self.translator = Translator(
-            self.model, self.src_tok, self.tgt_tok, cfg.decode, cfg, device=self.device
+        self.translator = Translator(  # validations decode in the precision training runs in
+            self.model,
+            self.src_tok,
+            self.tgt_tok,
+            cfg.decode,
+            cfg,
+            device=self.device,
+            precision=self.precision,
         )
         self.run.check_space(3 * 4 * count_parameters(self.model) + 2**20)  # weights, Adam's moments
         self.progress = Progress()

@@ -59,3 +59,18 @@ def test_auto_is_the_default_for_training_and_translating(monkeypatch, flags, ch
     assert (
         resolve_precision(cpu, cfg.train.precision) == resolve_precision(cpu, cfg.decode.precision) == chosen
     )
+
+
+def test_validations_during_training_decode_in_the_precision_training_runs_in(monkeypatch, tmp_path):
+    """On a CPU with native bf16, train.precision fp32 must not validate in bf16 (decode.precision auto)."""
+    from lookback.config import from_dict
+    from lookback.train import Trainer
+
+    from .helpers import tiny_train_config
+
+    monkeypatch.setattr(device_module, "native_bf16", lambda _: True)
+    for asked, runs in (("fp32", "fp32"), ("auto", "bf16")):
+        raw = tiny_train_config(tmp_path / asked, train={"precision": asked, "max_steps": 1})
+        raw["decode"]["precision"] = "auto" if asked == "fp32" else "fp32"  # what translate would use
+        trainer = Trainer(from_dict(raw))
+        assert trainer.precision == trainer.translator.precision == runs
