@@ -1,9 +1,12 @@
 """Plot time to quality: validation BLEU against training minutes, from bench result files.
 
     python -m bench.curves bench/results/RESULT.json [MORE.json ...] -o docs/time_to_quality.png
+    python -m bench.curves before=A.json after=B.json -o docs/plot.png   # names in the legend
 
-One line per system and result file (its configuration in the label), with the
-CPU or GPU of the run in the title; the figures themselves are in the JSON.
+One line per system and result file (its configuration in the label, after the
+file's name if one is given), with the CPU or GPU of the run in the title; a
+curve already drawn from an earlier file (a Joey run reused with --joey-from)
+is drawn once. The figures themselves are in the JSON.
 """
 
 from __future__ import annotations
@@ -15,9 +18,34 @@ from pathlib import Path
 from .common import read_json
 
 
+def named(arg: str) -> tuple[str, str]:
+    """'NAME=PATH' -> (NAME, PATH); a plain path has no name."""
+    name, sep, path = arg.partition("=")
+    return (name, path) if sep and not Path(arg).exists() else ("", arg)
+
+
+def lines(results: list[tuple[str, dict]]) -> list[tuple[str, list[float], list[float]]]:
+    """(label, minutes, BLEU) for every curve in the named result records, each curve once."""
+    out, seen = [], set()
+    for name, record in results:
+        for system, tasks in record["systems"].items():
+            curve = ((tasks.get("train") or {}).get("figures") or {}).get("curve")
+            points = tuple((p["seconds"], p["bleu"]) for p in curve or ())
+            if not points or (system, points) in seen:
+                continue
+            seen.add((system, points))
+            recipe = (record.get("settings") or {}).get("recipe")
+            label = f"{system}, {record['config']}"
+            if system == "recipe" and recipe:  # its own config file, not the named configuration
+                label = f"recipe, {Path(recipe['path']).name}"
+            label = f"{name}: {label}" if name else label
+            out.append((label, [s / 60 for s, _ in points], [b for _, b in points]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.curves", description=__doc__.splitlines()[0])
-    ap.add_argument("results", nargs="+", help="result JSON files written by python -m bench")
+    ap.add_argument("results", nargs="+", help="result JSON files written by python -m bench (or NAME=FILE)")
     ap.add_argument("-o", "--output", required=True, help="the plot (.png or .svg)")
     args = ap.parse_args(argv)
     import matplotlib
@@ -25,21 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = [(name, read_json(path)) for name, path in map(named, args.results)]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    machines = set()
-    for path in args.results:
-        record = read_json(path)
-        m = record["machine"]
-        machines.add(m.get("gpu") or m["cpu_model"])
-        for system, tasks in record["systems"].items():
-            curve = ((tasks.get("train") or {}).get("figures") or {}).get("curve")
-            if curve:
-                minutes = [p["seconds"] / 60 for p in curve]
-                recipe = (record.get("settings") or {}).get("recipe")
-                label = f"{system}, {record['config']}"
-                if system == "recipe" and recipe:  # its own config file, not the named configuration
-                    label = f"recipe, {Path(recipe['path']).name}"
-                ax.plot(minutes, [p["bleu"] for p in curve], marker="o", label=label)
+    for label, minutes, bleu in lines(results):
+        ax.plot(minutes, bleu, marker="o", label=label)
+    machines = {r["machine"].get("gpu") or r["machine"]["cpu_model"] for _, r in results}
     ax.set_xlabel("training minutes (validation time left out)")
     ax.set_ylabel("validation BLEU, greedy")
     ax.set_title(f"Time to quality on {', '.join(sorted(machines))}")

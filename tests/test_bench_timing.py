@@ -91,6 +91,28 @@ def test_time_to_quality_levels_and_joeys_final_score_with_ratios(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 0
 
 
+def test_named_results_label_their_curves_and_a_reused_joey_curve_is_drawn_once(tmp_path):
+    from bench.curves import lines, named
+
+    def curve(points):
+        return {"train": {"figures": {"curve": [{"seconds": s, "bleu": b} for s, b in points]}}}
+
+    def record(recipe_points):
+        systems = {"joey": curve([(60, 5), (120, 30)]), "recipe": curve(recipe_points)}
+        return {"config": "feed", "settings": {"recipe": {"path": "configs/x.yaml"}}, "systems": systems}
+
+    assert named("before=a.json") == ("before", "a.json") and named("a.json") == ("", "a.json")
+    (tmp_path / "odd=name.json").write_text("{}")
+    assert named(str(tmp_path / "odd=name.json")) == ("", str(tmp_path / "odd=name.json"))  # a file
+    drawn = lines([("before", record([(60, 20)])), ("after", record([(60, 40)]))])
+    assert [label for label, _, _ in drawn] == [
+        "before: joey, feed",
+        "before: recipe, x.yaml",
+        "after: recipe, x.yaml",
+    ]
+    assert drawn[2][1:] == ([1.0], [40])
+
+
 def test_the_recipe_system_has_its_own_ratios_to_joey():
     from bench.__main__ import figures_and_ratios
 
