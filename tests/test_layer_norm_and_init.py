@@ -102,3 +102,19 @@ def test_a_tiny_model_with_both_learns_the_toy_translation(tmp_path):
     outs = translator.translate([e for e, _ in pairs], beam=3)
     refs = [translator.tgt_tok.decode(translator.tgt_tok.encode(f)) for _, f in pairs]
     assert sum(o.text == r for o, r in zip(outs, refs, strict=True)) >= 20  # an untrained model: none
+
+
+@pytest.mark.parametrize("attention", ["none", "dot", "general", "additive"])
+def test_layer_norm_trains_with_every_shipped_attention(attention):
+    """The four Multi30k configs ship with the norm: each must run forward and backward with it."""
+    sizes = {"dec_hidden_size": 24} if attention == "dot" else {}  # dot: s and h of one size
+    model = tiny_model(layer_norm=True, attention=attention, **sizes)
+    out = model(SRC, SRC_LEN, TGT_IN)
+    assert out.logits.shape[:2] == TGT_IN.shape and torch.isfinite(out.logits).all()
+    out.logits.logsumexp(-1).sum().backward()
+    assert model.decoder.norm.weight.grad.abs().sum() > 0  # the readout's norm
+    encoder_norm = model.encoder.norm.weight.grad
+    if attention == "none":  # a `final` fixed context is the RNN's last state, not a normalised h_i
+        assert encoder_norm is None
+    else:
+        assert encoder_norm.abs().sum() > 0
