@@ -58,7 +58,15 @@ def native_bf16(device: torch.device) -> bool:
     """Does `device` run bf16 natively: a CUDA GPU that says so, a CPU with avx512_bf16 or amx_bf16?"""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags())
+    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags()) and not _onednn_below_bf16()
+
+
+def _onednn_below_bf16() -> bool:
+    """Is oneDNN, which runs bf16 matrix products on a CPU, told to stay below the instructions
+    that do them (ONEDNN_MAX_CPU_ISA=AVX2, say, to behave as a CPU without AVX-512 would)?"""
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+    isa = isa.strip().upper()
+    return not (isa == "ALL" or "BF16" in isa or "AMX" in isa or isa.startswith("AVX10"))
 
 
 def vnni() -> bool:

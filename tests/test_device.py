@@ -30,6 +30,29 @@ def test_auto_is_bf16_only_on_a_cpu_that_runs_it_natively_and_says_why(monkeypat
     assert caplog.messages == [f"train.precision auto: {auto} (this cpu {native})"]
 
 
+@pytest.mark.parametrize(
+    ("isa", "auto"),
+    [
+        (None, "bf16"),
+        ("ALL", "bf16"),
+        ("avx2", "fp32"),
+        ("AVX512_CORE", "fp32"),
+        ("AVX512_CORE_BF16", "bf16"),
+    ],
+)
+def test_auto_is_fp32_where_onednn_is_capped_below_bf16(monkeypatch, isa, auto):
+    """ONEDNN_MAX_CPU_ISA=AVX2 makes an AVX-512 CPU behave as one without it: bf16 is then emulated."""
+    monkeypatch.setattr(
+        device_module, "_cpuinfo", lambda key: "avx2 avx512f avx512_bf16" if key == "flags" else None
+    )
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if isa is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
+    assert resolve_precision(CPU, "auto") == auto
+
+
 def test_asked_for_bf16_without_native_support_runs_with_a_warning(monkeypatch, caplog):
     monkeypatch.setattr(device_module, "_cpuinfo", lambda key: "avx2 fma" if key == "flags" else None)
     with caplog.at_level(logging.WARNING, logger="lookback.device"):
