@@ -105,7 +105,8 @@ def describe(device: torch.device, precision: str) -> str:
     if device.type == "cuda":
         where = f"cuda ({torch.cuda.get_device_name(device)})"
     else:
-        where = f"cpu ({cpu_name()}, {torch.get_num_threads()} threads)"
+        n = torch.get_num_threads()
+        where = f"cpu ({cpu_name()}, {n} thread{'' if n == 1 else 's'})"
     return f"device: {where}; precision: {precision}"
 
 

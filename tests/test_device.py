@@ -97,3 +97,10 @@ def test_validations_during_training_decode_in_the_precision_training_runs_in(mo
         raw["decode"]["precision"] = "auto" if asked == "fp32" else "fp32"  # what translate would use
         trainer = Trainer(from_dict(raw))
         assert trainer.precision == trainer.translator.precision == runs
+
+
+def test_the_log_line_names_the_cpu_its_threads_and_the_precision(monkeypatch):
+    monkeypatch.setattr(device_module, "_cpuinfo", lambda key: "Some CPU" if key == "model name" else None)
+    for n, threads in ((1, "1 thread"), (2, "2 threads")):
+        monkeypatch.setattr(torch, "get_num_threads", lambda n=n: n)
+        assert device_module.describe(CPU, "fp32") == f"device: cpu (Some CPU, {threads}); precision: fp32"
