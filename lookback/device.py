@@ -3,7 +3,7 @@
 train.device: auto | cpu | cuda       auto takes the GPU when torch sees one
 train.precision: auto | fp32 | bf16 | fp16   bf16/fp16 autocast the forward pass; fp16 (GPU
     only) scales the loss against underflow; auto is bf16 where the device runs it natively
-    (a CUDA GPU that supports it, a CPU with avx512_bf16 or amx_bf16), else fp32
+    (a CUDA GPU that supports it, a CPU with avx512_bf16 or amx_bf16 that oneDNN may use), else fp32
 decode.precision, and --device / --precision of every command that loads a model:
                                       the same for translating
 """
