@@ -45,6 +45,8 @@ def resolve_precision(device: torch.device, precision: str, setting: str = "trai
         raise ValueError(f"{setting} fp16 needs a CUDA GPU; on a CPU use bf16 or fp32")
     native = native_bf16(device)
     why = f"this {device.type} {'runs' if native else 'has no'} native bf16"
+    if device.type == "cpu" and _onednn_below_bf16():
+        why += f" with ONEDNN_MAX_CPU_ISA={_onednn_max_isa()}"
     if precision == "auto":
         logger.info("%s auto: %s (%s)", setting, "bf16" if native else "fp32", why)
         return "bf16" if native else "fp32"
@@ -64,9 +66,13 @@ def native_bf16(device: torch.device) -> bool:
 def _onednn_below_bf16() -> bool:
     """Is oneDNN, which runs bf16 matrix products on a CPU, told to stay below the instructions
     that do them (ONEDNN_MAX_CPU_ISA=AVX2, say, to behave as a CPU without AVX-512 would)?"""
-    isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
-    isa = isa.strip().upper()
+    isa = _onednn_max_isa().upper()
     return not (isa == "ALL" or "BF16" in isa or "AMX" in isa or isa.startswith("AVX10"))
+
+
+def _onednn_max_isa() -> str:
+    """oneDNN's instruction-set cap, as its environment variable sets it (ALL: none)."""
+    return (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").strip()
 
 
 def vnni() -> bool:

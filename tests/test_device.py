@@ -13,6 +13,13 @@ from lookback.device import resolve_precision
 CPU = torch.device("cpu")
 
 
+@pytest.fixture(autouse=True)
+def _no_onednn_cap(monkeypatch):
+    """The flags alone decide, unless a test sets oneDNN's cap itself."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+
+
 @pytest.mark.parametrize(
     ("flags", "auto"),
     [
@@ -40,17 +47,17 @@ def test_auto_is_bf16_only_on_a_cpu_that_runs_it_natively_and_says_why(monkeypat
         ("AVX512_CORE_BF16", "bf16"),
     ],
 )
-def test_auto_is_fp32_where_onednn_is_capped_below_bf16(monkeypatch, isa, auto):
+def test_auto_is_fp32_where_onednn_is_capped_below_bf16(monkeypatch, caplog, isa, auto):
     """ONEDNN_MAX_CPU_ISA=AVX2 makes an AVX-512 CPU behave as one without it: bf16 is then emulated."""
     monkeypatch.setattr(
         device_module, "_cpuinfo", lambda key: "avx2 avx512f avx512_bf16" if key == "flags" else None
     )
-    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
-    if isa is None:
-        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
-    else:
+    if isa is not None:
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
-    assert resolve_precision(CPU, "auto") == auto
+    with caplog.at_level(logging.INFO, logger="lookback.device"):
+        assert resolve_precision(CPU, "auto") == auto
+    capped = f" with ONEDNN_MAX_CPU_ISA={isa}" if auto == "fp32" else ""
+    assert caplog.messages[-1].endswith(f"native bf16{capped})")
 
 
 def test_asked_for_bf16_without_native_support_runs_with_a_warning(monkeypatch, caplog):
