@@ -380,13 +380,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
     quick_root = Path(tempfile.mkdtemp(prefix="lookback-bench-")) if args.quick else None
     budget_s = args.budget_minutes * 60 if args.budget_minutes is not None else mode["budget_s"]
+    recipe_s = args.recipe_budget_minutes * 60 if args.recipe_budget_minutes is not None else budget_s
     return Plan(
         args=args,
         device=device,
         budget_s=budget_s,
-        recipe_budget_s=args.recipe_budget_minutes * 60
-        if args.recipe_budget_minutes is not None
-        else budget_s,
+        recipe_budget_s=recipe_s,
         validate_every_s=(
             args.validate_every_minutes * 60
             if args.validate_every_minutes is not None
@@ -400,7 +399,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         runs_root=quick_root or args.work_dir / "runs" / stamp,
         results_dir=args.results_dir or (RESULTS / "quick" if args.quick else RESULTS),
         joey_error=joey_error,
-        recipe=settings.recipe_settings(args.recipe) if args.recipe else None,
+        recipe=settings.recipe_settings(args.recipe, recipe_s / 60) if args.recipe else None,
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +78,12 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     t, progress = trainer.cfg.train, trainer.progress
 
     def step(batches) -> int:
-        if recipe:
-            set_lr(trainer.optimizer, t, progress.step + 1)  # warm-up and the schedule's shape
+        start = time.perf_counter()
+        if recipe:  # warm-up and the schedule's shape, on the clock of updates alone
+            set_lr(trainer.optimizer, t, progress.step + 1, progress.seconds)
         trainer.train_step(*batches)  # returns the loss as a float: the update is done
         progress.step += 1
+        progress.seconds += time.perf_counter() - start
         return sum(b.n_tokens for b in batches)
 
     data = Path(spec["data_dir"])

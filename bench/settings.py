@@ -69,11 +69,13 @@ RECIPE_TRAIN_KEYS = (
 )  # fmt: skip
 
 
-def recipe_settings(path: str | Path) -> dict[str, Any]:
+def recipe_settings(path: str | Path, minutes: float | None = None) -> dict[str, Any]:
     """The model and training recipe of a lookback config file, for the "recipe" system.
 
     Its tokenizer must be the bench's (both systems read the same pieces); its data, run
-    directory, limits and precision are replaced by the bench's.
+    directory, limits and precision are replaced by the bench's. `minutes`, the recipe's
+    budget, becomes its train.time_limit: the bench stops it, but a schedule by time
+    (cosine without max_steps) ends there.
     """
     from lookback.config import load_config
     from lookback.yamlfile import read_yaml
@@ -84,6 +86,8 @@ def recipe_settings(path: str | Path) -> dict[str, Any]:
     if tok != TOKENIZER:
         raise SystemExit(f"bench: {path}: tokenizer {tok} is not the bench's {TOKENIZER}")
     train = {k: v for k, v in (raw.get("train") or {}).items() if k in RECIPE_TRAIN_KEYS}
+    if minutes is not None:
+        train["time_limit"] = minutes
     return {"path": str(path), "model": dict(raw.get("model") or {}), "train": train}
 
 

@@ -133,7 +133,7 @@ class TrainConfig:
     max_epochs: int = at_least(30, 1)  # stop after this many passes over the data
     time_limit: float = at_least(0.0, 0)  # stop after this many minutes of training (0: no limit)
     lr: float = ranged(1e-3, *_POSITIVE)  # Adam learning rate
-    schedule: Literal["plateau", "constant", "inverse_sqrt", "cosine"] = "plateau"  # lr over updates
+    schedule: Literal["plateau", "constant", "inverse_sqrt", "cosine"] = "plateau"  # lr over training
     warmup: int = at_least(0, 0)  # updates of linear warm-up to lr (0: none)
     clip: float = at_least(1.0, 0)  # gradient norm clipping (0: off)
     label_smoothing: float = ranged(0.0, *_FRACTION)  # epsilon of the cross-entropy
@@ -361,8 +361,11 @@ def _cross_checks(cfg: Config) -> list[str]:
             f"model.tie_embeddings: needs model.emb_size ({m.emb_size}) == "
             f"model.dec_hidden_size ({m.dec_hidden_size})"
         )
-    if cfg.train.schedule == "cosine" and cfg.train.max_steps <= cfg.train.warmup:
-        problems.append("train.schedule: cosine decays until train.max_steps, so it needs max_steps > warmup")
+    if t.schedule == "cosine" and (t.max_steps <= t.warmup if t.max_steps else not t.time_limit):
+        problems.append(
+            "train.schedule: cosine decays until train.max_steps or, without it, train.time_limit, "
+            f"so it needs max_steps > warmup ({t.warmup}) or a time limit"
+        )
     if cfg.decode.nbest > cfg.decode.beam:
         problems.append(f"decode.nbest: {cfg.decode.nbest} is more than decode.beam ({cfg.decode.beam})")
     return problems

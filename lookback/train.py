@@ -137,7 +137,7 @@ class Trainer:
             while not reason:
                 start = time.perf_counter()
                 batches = next(updates)
-                set_lr(self.optimizer, cfg, p.step + 1)  # warm-up and the schedule's shape
+                set_lr(self.optimizer, cfg, p.step + 1, p.seconds)  # warm-up and the schedule's shape
                 loss = self.train_step(*batches)
                 window.add(loss, batches, time.perf_counter() - start)
                 self._advance(clock, bar)

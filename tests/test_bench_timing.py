@@ -8,6 +8,7 @@ import pytest
 
 from bench import common
 from bench.common import minutes_to, timed_training
+from lookback.config import from_dict
 
 
 class Clock:
@@ -148,6 +149,11 @@ def test_a_recipe_takes_the_model_and_training_recipe_of_its_config_file(tmp_pat
     assert raw["train"]["lr"] == 0.003 and raw["train"]["run_dir"] == "RUN"
     assert raw["train"]["precision"] == "fp32" and raw["tokenizer"] == settings.TOKENIZER
     assert settings.lookback_config("feed", "RUN", "DATA")["train"]["lr"] == settings.TRAIN["lr"]
+    # the bench's budget for the recipe is its time limit: where a cosine by time ends
+    path.write_text("tokenizer: {vocab_size: 8000}\ntrain: {schedule: cosine, time_limit: 12}\n")
+    recipe = settings.recipe_settings(path, 30.0)
+    assert recipe["train"] == {"schedule": "cosine", "time_limit": 30.0}
+    from_dict(settings.lookback_config("feed", "RUN", "DATA", recipe=recipe))  # a valid config
     path.write_text("tokenizer: {vocab_size: 4000}\n")
     with pytest.raises(SystemExit, match="vocab_size.*4000.*not the bench's"):
         settings.recipe_settings(path)
