@@ -2,6 +2,7 @@
 
     python -m bench.curves bench/results/RESULT.json [MORE.json ...] -o docs/time_to_quality.png
     python -m bench.curves before=A.json after=B.json -o docs/plot.png   # names in the legend
+    python -m bench.curves A.json B.json --systems recipe --ylim 45 58 -o docs/zoom.png
 
 One line per system and result file (its configuration in the label, after the
 file's name if one is given), with the CPU or GPU of the run in the title; a
@@ -24,11 +25,16 @@ def named(arg: str) -> tuple[str, str]:
     return (name, path) if sep and not Path(arg).exists() else ("", arg)
 
 
-def lines(results: list[tuple[str, dict]]) -> list[tuple[str, list[float], list[float]]]:
-    """(label, minutes, BLEU) for every curve in the named result records, each curve once."""
+def lines(
+    results: list[tuple[str, dict]], systems: list[str] | None = None
+) -> list[tuple[str, list[float], list[float]]]:
+    """(label, minutes, BLEU) for every curve in the named result records, each curve once;
+    only those of the named systems if any are named."""
     out, seen = [], set()
     for name, record in results:
         for system, tasks in record["systems"].items():
+            if systems and system not in systems:
+                continue
             curve = ((tasks.get("train") or {}).get("figures") or {}).get("curve")
             points = tuple((p["seconds"], p["bleu"]) for p in curve or ())
             if not points or (system, points) in seen:
@@ -47,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.curves", description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", help="result JSON files written by python -m bench (or NAME=FILE)")
     ap.add_argument("-o", "--output", required=True, help="the plot (.png or .svg)")
+    ap.add_argument("--systems", nargs="+", metavar="SYSTEM", help="draw only these (joey, lookback, recipe)")
+    ap.add_argument("--ylim", nargs=2, type=float, metavar=("LOW", "HIGH"), help="the BLEU range shown")
     args = ap.parse_args(argv)
     import matplotlib
 
@@ -55,14 +63,19 @@ def main(argv: list[str] | None = None) -> int:
 
     results = [(name, read_json(path)) for name, path in map(named, args.results)]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, minutes, bleu in lines(results):
+    drawn = lines(results, args.systems)
+    if not drawn:
+        ap.error(f"no curve of {' or '.join(args.systems or ['any system'])} in the result files")
+    for label, minutes, bleu in drawn:
         ax.plot(minutes, bleu, marker="o", label=label)
     machines = {r["machine"].get("gpu") or r["machine"]["cpu_model"] for _, r in results}
     ax.set_xlabel("training minutes (validation time left out)")
     ax.set_ylabel("validation BLEU, greedy")
     ax.set_title(f"Time to quality on {', '.join(sorted(machines))}")
+    if args.ylim:
+        ax.set_ylim(*args.ylim)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(args.output, dpi=120)
     print(f"wrote {args.output}")

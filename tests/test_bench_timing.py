@@ -112,6 +112,22 @@ def test_named_results_label_their_curves_and_a_reused_joey_curve_is_drawn_once(
         "after: recipe, x.yaml",
     ]
     assert drawn[2][1:] == ([1.0], [40])
+    only = lines([("before", record([(60, 20)])), ("after", record([(60, 40)]))], ["recipe"])
+    assert [label for label, _, _ in only] == ["before: recipe, x.yaml", "after: recipe, x.yaml"]
+
+
+def test_curves_draw_only_the_named_systems_and_say_when_none_is_there(tmp_path, capsys):
+    from bench.curves import main as plot
+
+    curve = {"train": {"figures": {"curve": [{"seconds": 60, "bleu": 30}, {"seconds": 120, "bleu": 50}]}}}
+    record = {"config": "feed", "machine": {"cpu_model": "AMD EPYC", "gpu": None}, "systems": {"joey": curve}}
+    common.write_json(tmp_path / "r.json", record)
+    out = tmp_path / "zoom.png"
+    assert plot([str(tmp_path / "r.json"), "--systems", "joey", "--ylim", "25", "55", "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+    with pytest.raises(SystemExit):
+        plot([str(tmp_path / "r.json"), "--systems", "recipe", "-o", str(tmp_path / "none.png")])
+    assert "no curve of recipe in the result files" in capsys.readouterr().err
 
 
 def test_the_recipe_system_has_its_own_ratios_to_joey():
