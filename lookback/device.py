@@ -40,7 +40,7 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
 
 def resolve_precision(device: torch.device, precision: str, setting: str = "train.precision") -> str:
     """`precision`, auto made bf16 where the device runs it natively and fp32 elsewhere (logged);
-    fp16 needs a GPU; bf16 that the device would only emulate (about 20x slower) is a warning."""
+    fp16 needs a GPU; bf16 that the device would only emulate (2-20x slower) is a warning."""
     if precision == "fp16" and device.type != "cuda":
         raise ValueError(f"{setting} fp16 needs a CUDA GPU; on a CPU use bf16 or fp32")
     native = native_bf16(device)
@@ -51,7 +51,7 @@ def resolve_precision(device: torch.device, precision: str, setting: str = "trai
         logger.info("%s auto: %s (%s)", setting, "bf16" if native else "fp32", why)
         return "bf16" if native else "fp32"
     if precision == "bf16" and not native:
-        warning = "%s bf16: %s (no avx512_bf16 or amx_bf16), so it is emulated, about 20x slower than fp32"
+        warning = "%s bf16: %s (no avx512_bf16 or amx_bf16), so it is emulated, 2-20x slower than fp32"
         logger.warning(warning, setting, why)
     return precision
 
