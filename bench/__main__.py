@@ -89,9 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--joey-from",
         type=Path,
-        metavar="RUN_DIR",
-        help="take Joey's results from an earlier run's configuration folder (WORK_DIR/runs/STAMP/CONFIG) "
-        "on this machine instead of training Joey again; recorded in the JSON",
+        metavar="RUN_DIR|JSON",
+        help="take Joey's results from an earlier run instead of training Joey again: its configuration "
+        "folder (WORK_DIR/runs/STAMP/CONFIG, with Joey's test translations) or its results file "
+        "(bench/results/STAMP_DEVICE_CONFIG.json, figures only, for a machine without that folder); "
+        "recorded in the JSON",
     )
     ap.add_argument(
         "--recipe-budget-minutes",
@@ -443,7 +445,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
         results[system] = {}
         for task in TASKS:
             if system == "joey" and plan.args.joey_from:
-                results[system][task] = earlier_result(plan.args.joey_from, system, task, out_dir)
+                results[system][task] = earlier_result(plan.args.joey_from, system, task, out_dir, config)
             elif system == "joey" and plan.joey_error:
                 results[system][task] = miss(system, task, plan.joey_error)
             elif system == settings.RECIPE_SYSTEM and recipe_error:
@@ -460,9 +462,20 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
     return spec, results
 
 
-def earlier_result(run_dir: Path, system: str, task: str, out_dir: Path) -> dict:
-    """`system`'s result of `task` from an earlier run's configuration folder (--joey-from), its
-    test translations copied beside this run's, so that bench.scores finds every system's."""
+def earlier_result(run_dir: Path, system: str, task: str, out_dir: Path, config: str) -> dict:
+    """`system`'s result of `task` from an earlier run (--joey-from): from its configuration folder,
+    with its test translations copied beside this run's so that bench.scores finds every system's;
+    or from the results JSON it wrote, which holds the figures and curve but no translations."""
+    if run_dir.is_file():
+        try:
+            record = read_json(run_dir)
+            result = record["systems"][system][task]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return miss(system, task, f"--joey-from: {run_dir} holds no {system} {task} result ({exc!r})")
+        if record.get("config") != config:
+            measured = record.get("config")
+            return miss(system, task, f"--joey-from: {run_dir} measured {measured!r}, not {config!r}")
+        return {**result, "from": f"{run_dir}#systems.{system}.{task}"}
     path = run_dir / f"{system}.{task}.json"
     if not path.is_file():
         return miss(system, task, f"--joey-from: no {path}")

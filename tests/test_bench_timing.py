@@ -273,7 +273,29 @@ def test_joey_can_come_from_an_earlier_run_on_this_machine(tmp_path, monkeypatch
     assert plan.joey_error is None and plan.systems == ["joey", "recipe"]
     out = tmp_path / "out"
     out.mkdir()
-    result = bench_main.earlier_result(earlier, "joey", "train", out)
+    result = bench_main.earlier_result(earlier, "joey", "train", out, "feed")
     assert result["from"] == str(earlier / "joey.train.json")
     assert (out / "joey.beam5.txt").read_text() == "une phrase\n"
-    assert "no " in bench_main.earlier_result(tmp_path, "joey", "train", out)["error"]
+    assert "no " in bench_main.earlier_result(tmp_path, "joey", "train", out, "feed")["error"]
+
+
+def test_joey_can_come_from_a_committed_results_file(tmp_path):
+    """--joey-from bench/results/....json: a machine without Joey's run folder still compares."""
+    import bench.__main__ as bench_main
+
+    joey = {"train": {"system": "joey", "task": "train", "figures": {"steps": 7161}}}
+    results = tmp_path / "2026-11-25_035736_cpu_feed.json"
+    bench_main.write_json(results, {"config": "feed", "systems": {"joey": joey}})
+    out = tmp_path / "out"
+    out.mkdir()
+    result = bench_main.earlier_result(results, "joey", "train", out, "feed")
+    assert result["figures"] == {"steps": 7161}
+    assert result["from"] == f"{results}#systems.joey.train"
+    assert list(out.iterdir()) == []  # the file holds no translations to copy
+    missing = bench_main.earlier_result(results, "joey", "translate", out, "feed")["error"]
+    assert missing.startswith(f"--joey-from: {results} holds no joey translate result")
+    other = bench_main.earlier_result(results, "joey", "train", out, "nofeed")["error"]
+    assert other == f"--joey-from: {results} measured 'feed', not 'nofeed'"
+    (tmp_path / "broken.json").write_text("{")
+    broken = bench_main.earlier_result(tmp_path / "broken.json", "joey", "train", out, "feed")["error"]
+    assert broken.startswith(f"--joey-from: {tmp_path / 'broken.json'} holds no joey train result")
