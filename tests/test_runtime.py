@@ -16,12 +16,14 @@ import pytest
 import torch
 from torch import nn
 
+from lookback.config import from_dict
 from lookback.export import export
 from lookback.runtime import TOP, RNNInOps, export_onnx, fast_model, onnx_model, quantize_torch
 from lookback.search import beam_search, greedy, top_tokens
+from lookback.train import train
 from lookback.translator import Translator
 
-from .helpers import tiny_model, toy_pairs, train_tiny
+from .helpers import tiny_model, tiny_train_config, toy_pairs, train_tiny
 
 VARIANTS = {  # model config -> a tiny model of it
     "additive": {},
@@ -238,11 +240,6 @@ def test_a_tied_model_exports_to_onnx_and_int8_translates_as_its_run(tmp_path):
     (the same outputs as PyTorch) and int8 (close to fp32 by the tolerance of the untied model's
     test above; trained 200 updates, since at 120 this tied model still has near-ties that int8
     flips: 0.875 agreement on PyTorch's int8 for one seed, against 0.975-1.0 from 200 on)."""
-    from lookback.config import from_dict
-    from lookback.train import train
-
-    from .helpers import tiny_train_config
-
     raw = tiny_train_config(
         tmp_path,
         model={"tie_embeddings": True, "layer_norm": True},
