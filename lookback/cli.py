@@ -10,6 +10,7 @@
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
     lookback takeoff RUN_DIR [RUN_DIR ...] -o takeoff.png   (attention statistics beside BLEU)
     lookback curves RUN_DIR [RUN_DIR ...] -o curves.png     (loss and BLEU by updates and minutes)
+    lookback compare A.txt B.txt --ref REF.txt [--json]     (paired bootstrap and randomisation)
     lookback export RUN_DIR -o DIR [--test SPEC] [--onnx]   (a model to share: safetensors, no pickle)
     lookback explain RUN_DIR "sentence" [--json]   |   lookback explain --lecture
     lookback neighbours RUN_DIR WORD [--side target]
@@ -288,6 +289,21 @@ def cmd_curves(args: argparse.Namespace) -> None:
     runs = parse_run_dirs(args.run_dirs)
     plot_curves({name: str(d) for name, d in runs.items()}, args.output, args.title)
     print(f"wrote {args.output}")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from .data import read_lines, read_parallel
+    from .significance import paired_test, report
+
+    a, b = (read_lines(Path(f)) for f in args.outputs)
+    if args.ref:
+        refs = read_lines(Path(args.ref))
+    else:
+        src_lang, tgt_lang = args.langs.split("-", 1)
+        refs = read_parallel(args.test, src_lang, tgt_lang, args.multi30k_dir)[1]
+    names = tuple(args.names) if args.names else tuple(args.outputs)
+    result = paired_test(a, b, refs, names, args.bs_samples, args.ar_trials)
+    print(json.dumps(result, indent=2) if args.json else report(result))
 
 
 def cmd_study(args: argparse.Namespace) -> None:
@@ -723,6 +739,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="image file: .png, .svg or .pdf")
     p.add_argument("--title", help="the figure's title")
     p.set_defaults(func=cmd_curves)
+
+    p = sub.add_parser("compare", help="is B better than A? paired bootstrap and randomisation (sacreBLEU)")
+    p.add_argument("outputs", nargs=2, metavar="HYP", help="two systems' outputs, one line per sentence")
+    refs = p.add_mutually_exclusive_group(required=True)
+    refs.add_argument("--ref", help="the references, one line per sentence")
+    refs.add_argument("--test", help="or the corpus spec whose targets are the references")
+    p.add_argument("--langs", default="en-fr", help="with --test: source-target languages (default en-fr)")
+    p.add_argument("--multi30k-dir", help="folder holding the Multi30k files")
+    p.add_argument("--names", nargs=2, metavar="NAME", help="the two systems' names (default: the files')")
+    p.add_argument("--bs-samples", type=positive_int, default=1000, help="bootstrap resamples (1000)")
+    p.add_argument("--ar-trials", type=positive_int, default=10000, help="randomisation trials (10000)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("explain", help="trace a translation step by step (or --lecture: the notes' examples)")
     _add_model_flags(p, nargs="?", greedy=True)

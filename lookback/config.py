@@ -150,6 +150,7 @@ class TrainConfig:
     valid_every: int = at_least(500, 1)  # validate every this many updates
     valid_sample: int = at_least(3, 0)  # translations printed at each validation
     probe: int = at_least(32, 0)  # validation pairs whose attention entropy and diagonal weight are logged
+    probe_every: int = at_least(0, 0)  # also probe attention every N updates from 0 (0: validations only)
     keep_checkpoints: int = at_least(0, 0)  # keep the last N validations' weights (lookback average)
     early_stopping: int = at_least(8, 0)  # stop after this many validations without a better BLEU (0: off)
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates

@@ -175,6 +175,8 @@ class Decoder(nn.Module):
         else:
             steps = (step + torch.arange(T, device=s.device)).repeat(R // B).expand(B, Q)  # (B, Q)
             e, alpha, c = self._attend_window(q, enc, steps, cov, top_k, change)
+        if e.shape == (R, T, S):  # the very tensors attend used, not views: diagnostics.probe takes dJ/de
+            return e, alpha, c
         return e.view(R, T, S), alpha.view(R, T, S), c.view(R, T, -1)
 
     def _score(self, q: Tensor, keys: Tensor, cov: Tensor | None) -> Tensor:

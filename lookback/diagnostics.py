@@ -2,8 +2,9 @@
 
 An attention model first learns the target language and only later where to
 look in the source; until then its weights are close to uniform. Two numbers
-make that moment visible (training logs them at every validation, on the
-first `train.probe` validation pairs, teacher-forced):
+make that moment visible (training logs them at every validation, and every
+`train.probe_every` updates from the first, on the first `train.probe`
+validation pairs, teacher-forced):
 
 - entropy: H(alpha_t) = -sum_i alpha_ti log alpha_ti, over log S, the entropy
   of uniform weights over the S real source tokens: 1 when alpha is uniform,
@@ -12,6 +13,18 @@ first `train.probe` validation pairs, teacher-forced):
   source position (t + 1/2) S / T - 1/2 of target step t out of T; for
   language pairs with mostly monotone word order (En-Fr, En-De) it rises as
   the model learns to align. Uniform weights put about 3 / S there.
+
+and three that say why a model does not learn to look (docs/study.md):
+
+- score_spread: the standard deviation of the scores e_t over the real source
+  tokens, the mean over steps. Softmax turns a spread of a few units into
+  one-hot weights: then alpha is saturated and
+- score_grad: the norm of dJ/de_t, the gradient of the step's cross-entropy
+  that reaches the scores (mean over steps), is near 0, since softmax's
+  Jacobian diag(alpha) - alpha alpha^T vanishes at a one-hot alpha;
+- attention_grad: the norm of the gradient of the mean loss per token on
+  the score's own parameters (W of general, W, U, v of additive, the window's
+  W_p, v_p), the part of the update that could teach them to look; dot has none.
 
 Of a finished translation (`sentence_diagnostics`, by source length in
 `diagnostics_by_length`; `lookback evaluate --diagnostics`), over its T
@@ -69,16 +82,48 @@ def attention_stats(alpha: Tensor, src_len: Tensor, tgt_out: Tensor) -> dict[str
     }
 
 
-@torch.no_grad()
 def probe(model: Seq2Seq, pairs: list, device: torch.device) -> dict[str, float]:
-    """attention_stats of `model`, teacher-forced on (source ids, target ids) pairs; {} without
-    attention."""
+    """How `model` attends, teacher-forced on (source ids, target ids) pairs, without dropout:
+    attention_stats, score_spread, score_grad and attention_grad (module docstring); {} without
+    attention. The decoder runs one step at a time, as in search, so that each step's scores
+    e_t are the very tensor its weights came from, whatever the decoder's wiring."""
     if model.decoder.score is None or not pairs:
         return {}
+    was_training = model.training
     model.eval()
     batch = collate(pairs).to(device)
-    out = model(batch.src, batch.src_len, batch.tgt_in)
-    return attention_stats(out.alpha, batch.src_len, batch.tgt_out)
+    with torch.enable_grad():
+        enc = model.encode(batch.src, batch.src_len)
+        state = model.decoder.init_state(enc)
+        steps = []
+        for t in range(batch.tgt_in.size(1)):
+            steps.append(model.decoder(batch.tgt_in[:, t : t + 1], enc, state))
+            state = steps[-1].state
+        real = batch.tgt_out != PAD  # (B, T)
+        logits = torch.cat([o.logits for o in steps], 1)  # (B, T, V)
+        J = torch.nn.functional.cross_entropy(logits[real].float(), batch.tgt_out[real], reduction="sum")
+        parts = [m for m in (model.decoder.score, model.decoder.window) if m is not None]
+        params = [p for m in parts for p in m.parameters()]  # the attention's own parameters
+        scores = [o.e for o in steps]  # each (B, 1, S)
+        grads = torch.autograd.grad(J, scores + params, allow_unused=True)
+    model.train(was_training)
+    alpha = torch.cat([o.alpha for o in steps], 1).detach()  # (B, T, S)
+    stats = attention_stats(alpha, batch.src_len, batch.tgt_out)
+    e = torch.cat(scores, 1).detach().float()  # (B, T, S); -inf outside a local window
+    looked = (batch.src != PAD).unsqueeze(1) & e.isfinite()  # (B, T, S) the scores softmax normalised
+    n = looked.sum(-1).clamp_min(1)  # (B, T)
+    mean = e.where(looked, 0).sum(-1, keepdim=True) / n.unsqueeze(-1)
+    spread = ((e - mean).where(looked, 0) ** 2).sum(-1).div(n).sqrt()  # (B, T)
+    rows = real & (batch.src_len.view(-1, 1) > 1)  # sources of one token have nothing to spread
+    stats["score_spread"] = float(spread[rows].mean()) if rows.any() else 0.0
+    if all(g is not None for g in grads[: len(scores)]):  # one local or multi-head e is not the one used
+        de = torch.cat(grads[: len(scores)], 1).float().where(looked, 0)  # (B, T, S)
+        stats["score_grad"] = float(de.norm(dim=-1)[rows].mean()) if rows.any() else 0.0
+    param_grads = [g.float() for g in grads[len(scores) :] if g is not None]
+    if param_grads:  # of the mean loss per token, as an update sees it
+        norm = torch.cat([g.flatten() for g in param_grads]).norm()
+        stats["attention_grad"] = float(norm) / float(real.sum())
+    return stats
 
 
 def is_parking(piece: str) -> bool:

@@ -134,6 +134,8 @@ class Trainer:
         with stop_signals() as signals, self._bar() as bar, closing(self.run):
             updates = iter(self.plan)
             reason = stop_reason(cfg, p)  # a resumed run may already be at its limits
+            if cfg.probe_every and p.step == 0:
+                self._probe()  # attention at initialisation
             while not reason:
                 start = time.perf_counter()
                 batches = next(updates)
@@ -143,6 +145,8 @@ class Trainer:
                 self._advance(clock, bar)
                 if p.step % cfg.log_every == 0:
                     window = self._log_train(window, bar)
+                if cfg.probe_every and p.step % cfg.probe_every == 0:
+                    self._probe()
                 if (reason := stop_reason(cfg, p)) or p.step % cfg.valid_every == 0:
                     self.validate()
                     reason = stop_reason(cfg, p)  # early stopping counts this validation
@@ -262,6 +266,14 @@ class Trainer:
             self._line_at = self.progress.seconds + progress.LINE_EVERY
         return Window()
 
+    def _probe(self) -> None:
+        """A `probe` record between validations: how the model attends now (diagnostics.probe).
+        Rank 0 alone, on its own copy of the weights: no other rank waits on it."""
+        if not self.ranks.main:
+            return
+        if stats := probe(self.model, self.valid_data.pairs[: self.cfg.train.probe], self.device):
+            self._metrics(kind="probe", **stats)
+
     def _metrics(self, **record: Any) -> None:
         p = self.progress
         self.run.log({"step": p.step, "epoch": p.epoch, "seconds": round(p.seconds, 2), **record})
@@ -277,7 +289,10 @@ class Trainer:
         ppl = math.exp(min(loss, 50))
         alpha = probe(self.model, self.valid_data.pairs[: self.cfg.train.probe], self.device)  # diagnostics
         if alpha:
-            logger.info("attention: entropy %.3f of uniform, %.3f on the diagonal", *alpha.values())
+            shown = alpha["alpha_entropy"], alpha["alpha_diagonal"], alpha["score_spread"]
+            logger.info(
+                "attention: entropy %.3f of uniform, %.3f on the diagonal; scores' spread %.2f", *shown
+            )
         self._metrics(
             kind="valid", loss=loss, ppl=ppl, bleu=bleu, chrf=chrf, seconds_taken=round(seconds, 2), **alpha
         )

@@ -7,10 +7,11 @@ import json
 import pytest
 import torch
 
+from lookback.config import from_dict
 from lookback.diagnostics import attention_stats, is_parking, pooled, sentence_diagnostics
 from lookback.tokenizer import PAD
 
-from .helpers import train_tiny
+from .helpers import tiny_model, tiny_train_config, train_tiny
 
 
 def test_uniform_weights_have_entropy_one_and_half_their_weight_near_the_diagonal():
@@ -111,3 +112,69 @@ def test_takeoff_plot_from_run_directories(tmp_path, capsys):
     assert main(["takeoff", plain, "-o", str(tmp_path / "u.svg")]) == 2
     assert "metrics.jsonl: line 1 is not JSON" in capsys.readouterr().err
     assert main(["takeoff", str(tmp_path / "nowhere"), "-o", str(tmp_path / "u.svg")]) == 2
+
+
+def _probe_pairs(n: int = 6, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """(source ids, target ids) of random lengths 3-9 over a vocabulary of 30 (ids >= 4)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 10, (n, 2), generator=g).tolist()
+    ids = lambda n: torch.randint(4, 30, (n,), generator=g).tolist()  # noqa: E731
+    return [(ids(s), ids(t)) for s, t in lengths]
+
+
+def test_probe_sees_scores_spread_and_saturate():
+    """Dot's scores grow with the scale of h; once softmax is one-hot, its Jacobian
+    diag(alpha) - alpha alpha^T is 0 and no gradient reaches e, however large dJ/dalpha."""
+    from lookback.diagnostics import probe
+
+    spreads, grads = [], []
+    for scale in (0.0, 1.0, 1e4):
+        model = tiny_model(attention="dot", dec_hidden_size=16, hidden_size=8, layer_norm=True)
+        with torch.no_grad():
+            model.encoder.norm.weight.mul_(scale + 1e-6)  # h scaled: dot's scores with it
+        stats = probe(model, _probe_pairs(), torch.device("cpu"))
+        spreads.append(stats["score_spread"])
+        grads.append(stats["score_grad"])
+        assert "attention_grad" not in stats  # dot has no parameters of its own
+    assert spreads[0] < 1e-4 < spreads[1] < spreads[2]
+    assert grads[2] < grads[1] / 100  # saturated softmax: (almost) no gradient reaches e
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"attention": "dot", "dec_hidden_size": 16, "hidden_size": 8},
+        {"attention": "general"},
+        {"attention": "additive", "coverage": True},
+        {"attention": "additive", "attend_from": "previous", "input_feeding": True},
+        {"attention": "additive", "window": "local_p", "window_size": 2},
+        {"attention": "scaled_dot", "heads": 2, "dec_hidden_size": 16, "hidden_size": 8},
+    ],
+    ids=["dot", "general", "coverage", "previous+feeding", "local_p", "multihead"],
+)
+def test_probe_measures_every_variant_and_leaves_the_model_as_it_was(variant):
+    from lookback.diagnostics import probe
+
+    model = tiny_model(**variant)
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stats = probe(model, _probe_pairs(), torch.device("cpu"))
+    assert model.training and all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert 0 < stats["alpha_entropy"] <= 1 and stats["score_spread"] > 0
+    has_params = variant["attention"] != "dot"
+    assert ("attention_grad" in stats) == has_params
+    # a local window's and merged heads' e are views for show, not what softmax normalised
+    assert ("score_grad" in stats) == (variant.get("window") is None and variant.get("heads", 1) == 1)
+
+
+def test_training_probes_attention_every_n_updates_from_the_first(tmp_path):
+    from lookback.train import train
+
+    raw = tiny_train_config(tmp_path, train={"max_steps": 30, "valid_every": 30, "probe_every": 10})
+    run_dir = train(from_dict(raw))
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    probes = [r for r in records if r["kind"] == "probe"]
+    assert [r["step"] for r in probes] == [0, 10, 20, 30]
+    assert probes[0]["alpha_entropy"] > 0.95  # uniform-ish at initialisation
+    assert all({"score_spread", "score_grad", "attention_grad"} <= r.keys() for r in probes)

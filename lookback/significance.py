@@ -1,0 +1,106 @@
+"""Is system B better than system A, or did the test set happen to favour it?
+
+Two systems translate the same test set and their BLEU differs by d. sacreBLEU's
+paired tests say how often a difference as large as d would come by chance, and
+lookback uses them as sacreBLEU implements them (`sacrebleu.significance.PairedTest`):
+
+- paired bootstrap resampling (Koehn 2004), `bs`: 1,000 test sets drawn from the
+  real one's sentences with replacement, both systems scored on each draw. Each
+  system's 95% confidence interval comes from its scores over the draws; p is
+  the share of draws whose difference, centred on the draws' mean, exceeds d.
+- approximate randomisation (Riezler & Maxwell 2005), `ar`: 10,000 shuffles that
+  swap the two systems' outputs sentence by sentence at random; p is the share
+  of shuffles whose difference is at least d. Under the null hypothesis the two
+  systems are interchangeable, which is exactly what a shuffle assumes.
+
+Both are paired: each sentence is compared with itself, so they see smaller
+differences than two unpaired confidence intervals would. Neither says
+anything about training noise: a second seed of the same system can differ
+from the first by more than p < 0.05 allows. A study calls a difference a
+difference only where it is significant *and* larger than its seeds' spread
+(`is_difference`).
+
+Seeded as sacreBLEU seeds them (SACREBLEU_SEED, 12345 unless set), so a
+comparison gives the same p-values every time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sacrebleu
+from sacrebleu.significance import PairedTest
+
+logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # not a line per metric and test on stderr
+
+ALPHA = 0.05  # the significance level: p below it is a significant difference
+TESTS = {"bs": "paired bootstrap resampling", "ar": "approximate randomisation"}
+
+
+def paired_test(
+    a: list[str],
+    b: list[str],
+    refs: list[str],
+    names: tuple[str, str] = ("A", "B"),
+    bs_samples: int = 1000,
+    ar_trials: int = 10000,
+) -> dict:
+    """BLEU and chrF of outputs `a` and `b` of the same sources against `refs`, with each one's
+    95% bootstrap confidence interval, B - A, and the p-values of both paired tests.
+
+    Returns a dict: systems {name: {bleu, bleu_mean, bleu_ci, chrf, chrf_mean, chrf_ci}},
+    difference {bleu, chrf} (B - A), p {bs: {bleu, chrf}, ar: {bleu, chrf}}, sentences,
+    signatures {bleu, chrf} (sacreBLEU's, with the test's seed and sample counts).
+    """
+    if not len(a) == len(b) == len(refs):
+        raise ValueError(f"{len(a)} outputs of {names[0]}, {len(b)} of {names[1]} and {len(refs)} references")
+    if not refs:
+        raise ValueError("no sentences to compare")
+    systems = [(names[0], a), (names[1], b)]
+    metrics = lambda: {"BLEU": sacrebleu.metrics.BLEU(), "chrF": sacrebleu.metrics.CHRF()}  # noqa: E731
+    out: dict = {"systems": {n: {} for n in names}, "difference": {}, "p": {}, "sentences": len(refs)}
+    for kind, n in (("bs", bs_samples), ("ar", ar_trials)):
+        # ar's confidence intervals would be bootstrap ones again: bs gives them
+        signatures, results = PairedTest(systems, metrics(), [refs], test_type=kind, n_samples=n)()
+        out["p"][kind] = {}
+        named = [m for m in results if m != "System"]  # the scores' own names: BLEU, chrF2
+        for key, metric in zip(("bleu", "chrf"), named, strict=True):
+            base, other = results[metric]
+            out["p"][kind][key] = float(other.p_value)  # sacreBLEU's are numpy numbers, not JSON's
+            if kind == "bs":
+                for name, r in zip(names, (base, other), strict=True):
+                    out["systems"][name].update(
+                        {key: r.score, f"{key}_mean": float(r.mean), f"{key}_ci": float(r.ci)}
+                    )
+                out["difference"][key] = other.score - base.score
+                out.setdefault("signatures", {})[key] = str(signatures[metric])
+    return out
+
+
+def is_difference(p: float, difference: float, spread: float = 0.0) -> bool:
+    """A difference worth the name: significant (p < ALPHA) and larger than `spread`, what training
+    alone moves a score by (e.g. the range of the seeds' scores; 0 with one seed)."""
+    return p < ALPHA and abs(difference) > spread
+
+
+def report(result: dict) -> str:
+    """paired_test's result as the lines `lookback compare` prints."""
+    (a, sa), (b, sb) = result["systems"].items()
+    width = max(len(a), len(b), 6)
+    lines = [f"{result['sentences']} sentences; mean and 95% confidence interval from paired bootstrap"]
+    for name, s in ((a, sa), (b, sb)):
+        lines.append(
+            f"  {name:<{width}}  BLEU {s['bleu']:6.2f} ({s['bleu_mean']:.2f} +- {s['bleu_ci']:.2f})"
+            f"   chrF {s['chrf']:6.2f} ({s['chrf_mean']:.2f} +- {s['chrf_ci']:.2f})"
+        )
+    for key, label in (("bleu", "BLEU"), ("chrf", "chrF")):
+        d, p = result["difference"][key], result["p"]
+        verdict = "significant" if is_difference(min(p["bs"][key], p["ar"][key]), d) else "not significant"
+        if (p["bs"][key] < ALPHA) != (p["ar"][key] < ALPHA):
+            verdict = "significant by one test only"
+        lines.append(
+            f"  {b} - {a}: {label} {d:+.2f}   p = {p['bs'][key]:.4f} (bootstrap), "
+            f"{p['ar'][key]:.4f} (randomisation): {verdict} at {ALPHA}"
+        )
+    lines.append(f"  signature: {result['signatures']['bleu']}")
+    return "\n".join(lines)
