@@ -144,6 +144,7 @@ class TrainConfig:
     teacher_forcing: float = ranged(1.0, *_UNIT)  # P(feeding the true y_{t-1}); with a decay, its floor
     sampling_decay: Literal["none", "linear", "exponential", "inverse_sigmoid"] = "none"  # scheduled sampling
     sampling_k: float = ranged(5000.0, *_POSITIVE)  # the decay's k (sampling.py; Bengio et al. 2015)
+    stepwise: bool = False  # decoder one step at a time, as search: scheduled sampling's exact form
     lr_factor: float = ranged(0.5, *_OPEN_FRACTION)  # ReduceLROnPlateau: multiply lr by this ...
     lr_patience: int = at_least(2, 0)  # ... after this many validations without a better BLEU
     min_lr: float = at_least(1e-5, 0)  # never below this

@@ -20,9 +20,12 @@ Attention looks at all of h, or with `model.window` at a window of it
 (local.py); with `model.coverage` the score also reads the running sum of
 past weights, which the state carries from step to step.
 
-When no step needs the one before it (attend_from current, no input
-feeding, no coverage) teacher forcing runs the RNN over the whole target in
-one call and attends with one batched matrix product; otherwise it steps.
+When the RNN does not read what attention computed (attend_from current, no
+input feeding) teacher forcing runs it over the whole target in one call and
+attends with one batched matrix product; with coverage, whose scores read the
+weights of the steps before, only attention then loops over the steps, the RNN
+and the readout still run once. Otherwise the decoder steps, as search does
+(`stepwise=True` forces that: the reference the fast paths are tested against).
 
 Legend: B batch, T target steps, S source length, E embedding size,
 D decoder state size, He encoder state size, L layers, V target vocabulary.
@@ -129,12 +132,9 @@ class Decoder(nn.Module):
 
     @property
     def parallel(self) -> bool:
-        """Whether teacher forcing can run all T steps in one RNN call."""
-        return (
-            not self.input_feeding
-            and not self.coverage
-            and (self.attention == "none" or self.attend_from == "current")
-        )
+        """Whether teacher forcing can run all T steps in one RNN call: the RNN reads neither c_t
+        nor ~s_{t-1} (coverage is fine: only attention then steps, in `_attend`)."""
+        return not self.input_feeding and (self.attention == "none" or self.attend_from == "current")
 
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """Add the attention keys (e.g. U h), computed once per sentence."""
@@ -219,13 +219,36 @@ class Decoder(nn.Module):
         alpha = local.scatter(alpha.view(B, Q, W), idx, inside, S, 0.0)  # (B, Q, S), 0 outside
         return e, alpha, c.view(B, Q, -1)
 
+    def _attend(
+        self, s: Tensor, enc: EncoderOutput, step: int, coverage: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """e, alpha and c for the states s (B, T, D) of steps step .. step + T - 1, and the coverage
+        after them. Without coverage the T steps attend at once; with it each step's scores read
+        the weights of the steps before, so attention, and only attention, loops over them."""
+        if coverage is None:
+            return *self.context(s, enc, step), None
+        steps = []
+        for t in range(s.size(1)):
+            steps.append(self.context(s[:, t : t + 1], enc, step + t, coverage))  # each (B, 1, ...)
+            coverage = coverage + steps[-1][1][:, 0]  # + alpha_t: (B, S)
+        if len(steps) == 1:  # search's one step: its very tensors (diagnostics.probe takes dJ/de)
+            return *steps[0], coverage
+        e, alpha, c = (torch.cat(x, 1) for x in zip(*steps, strict=True))  # (B, T, S), (B, T, S), (B, T, He)
+        return e, alpha, c, coverage
+
     def forward(
-        self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, project: bool = True
+        self,
+        y_prev: Tensor,
+        enc: EncoderOutput,
+        state: DecoderState,
+        project: bool = True,
+        stepwise: bool = False,
     ) -> DecoderOutput:
         """Run T steps on the previous tokens y_prev (B, T): the whole target in teacher
         forcing, one token at a time in search. `project=False` leaves out the logits
-        (the loss projects only the real target tokens)."""
-        if self.parallel or y_prev.size(1) == 1:
+        (the loss projects only the real target tokens); `stepwise` runs one step at a time
+        even where the decoder could run all at once (the same numbers, slower)."""
+        if (self.parallel and not stepwise) or y_prev.size(1) == 1:
             out = self._steps(y_prev, enc, state)
         else:
             steps = []
@@ -253,8 +276,11 @@ class Decoder(nn.Module):
         if self.input_feeding:
             inputs.append(state.feed.unsqueeze(1))  # (B, 1, D)
         s, hidden = self.rnn(torch.cat(inputs, -1), state.hidden)  # 2) (B, T, D)
+        coverage = state.coverage
         if c is None:  # 3) attend from the new state s_t
-            e, alpha, c = self.context(s, enc, state.step, state.coverage)
+            e, alpha, c, coverage = self._attend(s, enc, state.step, coverage)
+        elif coverage is not None:  # attended from s_{t-1} above, T = 1
+            coverage = coverage + alpha[:, -1]  # (B, S)
         query = s if query is None else query
         if self.readout == "luong":  # 4) ~s_t (B, T, D)
             s_tilde = torch.tanh(self.norm(self.combine(torch.cat([s, c.to(s.dtype)], -1))))
@@ -262,6 +288,5 @@ class Decoder(nn.Module):
             pieces = self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))  # (B, T, 2D)
             pieces = self.norm(pieces)
             s_tilde = pieces.view(*pieces.shape[:-1], -1, 2).amax(-1)  # (B, T, D)
-        coverage = None if state.coverage is None else state.coverage + alpha[:, -1]  # (B, S)
         next_state = DecoderState(hidden, s_tilde[:, -1], state.step + y_prev.size(1), coverage)
         return DecoderOutput(s, e, alpha, c, s_tilde, None, next_state)

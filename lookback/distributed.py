@@ -95,9 +95,12 @@ class LossModule(nn.Module):
         guide: float,
         coverage: float = 0.0,
         teacher_forcing: float = 1.0,
+        stepwise: bool = False,
     ) -> Tensor:
         weights = dict(label_smoothing=label_smoothing, guide=guide, coverage=coverage)
-        return self.model.loss(src, src_len, tgt_in, tgt_out, teacher_forcing=teacher_forcing, **weights)
+        return self.model.loss(
+            src, src_len, tgt_in, tgt_out, teacher_forcing=teacher_forcing, stepwise=stepwise, **weights
+        )
 
 
 def wrap(model: nn.Module, device: torch.device) -> nn.Module:

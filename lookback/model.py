@@ -16,7 +16,7 @@ from .coverage import coverage_loss
 from .decoder import Decoder, DecoderOutput
 from .encoder import Encoder, EncoderOutput
 from .guided import guided_loss
-from .sampling import sampled_forward
+from .sampling import mixed_inputs, sampled_forward
 from .tokenizer import PAD
 
 
@@ -45,24 +45,28 @@ class Seq2Seq(nn.Module):
         guide: float = 0.0,
         coverage: float = 0.0,
         teacher_forcing: float = 1.0,
+        stepwise: bool = False,
     ) -> Tensor:
         """Summed cross-entropy J over the real target tokens of tgt_out (B, T), plus, when the
         model attends, `guide` times the guided-alignment loss (guided.py) and `coverage` times
         the coverage loss (coverage.py).
 
         `teacher_forcing` < 1 feeds the true previous token with that probability, else the
-        model's own (scheduled sampling, sampling.py). Only the real tokens reach the output
-        layer: W_o and the softmax over V are most of the cost, and a batch of sentences is
-        often half padding.
+        model's own (scheduled sampling, sampling.py: in two passes, or with `stepwise` one
+        step at a time). `stepwise` runs the decoder one step at a time, as search does, even
+        where it could run the whole target at once: the same loss, slower. Only the real
+        tokens reach the output layer: W_o and the softmax over V are most of the cost, and a
+        batch of sentences is often half padding.
         """
         enc = self.encode(src, src_len)
         state = self.decoder.init_state(enc)
         real = tgt_out != PAD  # (B, T)
-        if teacher_forcing < 1:
+        if teacher_forcing < 1 and stepwise:
             out = sampled_forward(self.decoder, tgt_in, enc, state, teacher_forcing)
             logits = out.logits[real]  # (N, V), N real tokens
         else:
-            out = self.decoder(tgt_in, enc, state, project=False)
+            y_prev = mixed_inputs(self.decoder, tgt_in, enc, state, teacher_forcing)  # tgt_in at 1
+            out = self.decoder(y_prev, enc, state, project=False, stepwise=stepwise)
             logits = self.decoder.project(out.s_tilde[real])  # (N, D) -> (N, V)
         targets = tgt_out[real]  # (N,)
         J = F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")

@@ -11,8 +11,21 @@ from the model's own P(y_{t-1} | ...), and let eps_i fall over the updates i:
     exponential      eps_i = max(ratio, k^i)                 0 < k < 1
     inverse_sigmoid  eps_i = max(ratio, k / (k + exp(i / k)))   k >= 1
 
-`ratio` is `train.teacher_forcing` and `k` is `train.sampling_k`. Sampling
-steps the decoder one token at a time, as inference does.
+`ratio` is `train.teacher_forcing` and `k` is `train.sampling_k`.
+
+Two ways to draw the model's tokens:
+
+- in two passes (the default; Duckworth et al. 2019, "Parallel scheduled
+  sampling"; Mihaylova & Martins 2019): a teacher-forced pass without
+  gradient gives the model's distribution at every step at once; the inputs
+  are mixed from the truth and draws from it, and a second pass over the
+  mixed inputs, like teacher forcing, gives the loss. Each draw conditions on
+  the true prefix, not on earlier draws, and both passes run the RNN over the
+  whole target in one call where the decoder allows it (decoder.py);
+- one step at a time (`train.stepwise`; Bengio et al. 2015, as inference
+  runs): each draw conditions on the tokens fed before it, draws included.
+
+With eps = 1 both are teacher forcing exactly: nothing is drawn.
 
 Legend: B batch, T target steps, V target vocabulary.
 """
@@ -26,6 +39,7 @@ from torch import Tensor
 
 from .decoder import DecoderOutput, DecoderState
 from .encoder import EncoderOutput
+from .tokenizer import PAD
 
 
 def truth_probability(update: int, ratio: float, decay: str = "none", k: float = 5000.0) -> float:
@@ -43,10 +57,27 @@ def truth_probability(update: int, ratio: float, decay: str = "none", k: float =
     return max(ratio, eps)
 
 
+def mixed_inputs(decoder, tgt_in: Tensor, enc: EncoderOutput, state: DecoderState, eps: float) -> Tensor:
+    """The decoder inputs of two-pass scheduled sampling (B, T): <s>, then at each later step the
+    true token y*_{t-1} with probability eps, else one drawn from the model's P(y_{t-1} | y*_<t-1, x)
+    of a teacher-forced first pass without gradient. Padding stays padding."""
+    if eps >= 1:
+        return tgt_in
+    with torch.no_grad():
+        first = decoder(tgt_in[:, :-1], enc, state)  # the distributions of steps 1 .. T-1
+        p = torch.softmax(first.logits.float(), dim=-1)  # (B, T-1, V)
+        guess = torch.multinomial(p.flatten(0, 1), 1).view(p.shape[:2])  # (B, T-1)
+    truth = tgt_in[:, 1:]  # (B, T-1)
+    keep = (torch.rand(truth.shape, device=truth.device) < eps) | (truth == PAD)
+    return torch.cat([tgt_in[:, :1], torch.where(keep, truth, guess)], 1)
+
+
 def sampled_forward(
     decoder, tgt_in: Tensor, enc: EncoderOutput, state: DecoderState, eps: float
 ) -> DecoderOutput:
-    """Run the decoder over tgt_in (B, T) = <s> y*_1 .. y*_{T-1} one step at a time, feeding at
+    """Bengio et al.'s scheduled sampling, exactly (`train.stepwise`).
+
+    Run the decoder over tgt_in (B, T) = <s> y*_1 .. y*_{T-1} one step at a time, feeding at
     each step after the first the true token with probability eps, else one sampled from the
     step before's output distribution (detached: no gradient flows through the choice).
     The output has the logits (B, T, V) of every step."""

@@ -202,6 +202,7 @@ class Trainer:
                         guide,
                         t.coverage_loss,
                         eps,
+                        t.stepwise,
                     )
                 self.scaler.scale(loss / per_rank).backward()
             total += float(loss.detach())

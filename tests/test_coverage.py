@@ -63,7 +63,7 @@ def test_the_coverage_term_changes_the_additive_score_by_hand():
 
 def test_the_state_carries_the_running_sum_of_the_alphas():
     model = tiny_model(attention="additive", coverage=True).eval()
-    assert not model.decoder.parallel  # coverage needs the steps before
+    assert model.decoder.parallel  # the RNN at once; attention steps, as it needs the steps before
     b = collate(PAIRS)
     with torch.no_grad():
         enc = model.encode(b.src, b.src_len)
@@ -72,6 +72,28 @@ def test_the_state_carries_the_running_sum_of_the_alphas():
         out = model.decoder(b.tgt_in, enc, state)
     assert torch.allclose(out.state.coverage, out.alpha.sum(1), atol=1e-6)
     assert out.state.step == b.tgt_in.size(1)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("window", ["global", "local_p"])
+def test_the_fast_coverage_path_gives_the_stepwise_loss_and_gradients(cell, window):
+    """The RNN over the whole target at once and attention looping over the steps computes what
+    the decoder stepping token by token computes: the same loss (with J_cov), weights and gradients."""
+    b = collate(PAIRS)
+    results = []
+    for stepwise in (False, True):
+        model = tiny_model(attention="additive", coverage=True, cell=cell, window=window, window_size=1)
+        model.train()  # dropout 0 (tiny_model): nothing random
+        loss = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, coverage=1.0, stepwise=stepwise)
+        loss.backward()
+        with torch.no_grad():
+            enc = model.encode(b.src, b.src_len)
+            alpha = model.decoder(b.tgt_in, enc, model.decoder.init_state(enc), stepwise=stepwise).alpha
+        results.append((float(loss.detach()), alpha, [p.grad.clone() for p in model.parameters()]))
+    (fast, a_fast, g_fast), (step, a_step, g_step) = results
+    assert fast == pytest.approx(step, rel=1e-6)
+    assert torch.allclose(a_fast, a_step, atol=1e-6)
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(g_fast, g_step, strict=True))
 
 
 def test_coverage_trains_with_its_loss_and_decodes_with_the_penalty():

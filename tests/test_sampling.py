@@ -9,7 +9,8 @@ import torch
 
 from lookback.batch import collate
 from lookback.config import ConfigError, from_dict
-from lookback.sampling import sampled_forward, truth_probability
+from lookback.sampling import mixed_inputs, sampled_forward, truth_probability
+from lookback.tokenizer import PAD
 
 from .helpers import tiny_model, tiny_train_config
 from .test_model import PAIRS
@@ -42,6 +43,43 @@ def test_ratio_one_is_teacher_forcing_exactly(attention, feeding):
     assert losses[0] == losses[1]
 
 
+@pytest.mark.parametrize("attend_from", ["current", "previous"])
+def test_two_pass_sampling_with_ratio_one_is_teacher_forcing_exactly(attend_from):
+    """No first pass and no draws at eps = 1: the same loss and gradients, bit for bit, with dropout
+    drawing the same masks, and the random generator left where teacher forcing leaves it."""
+    b = collate(PAIRS)
+    results = []
+    for kw in ({}, {"teacher_forcing": 1.0}):
+        model = tiny_model(attention="additive", attend_from=attend_from, dropout=0.3).train()
+        torch.manual_seed(5)
+        loss = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, **kw)
+        loss.backward()
+        results.append((float(loss), [p.grad for p in model.parameters()], torch.rand(1)))
+    (tf, g_tf, r_tf), (ss, g_ss, r_ss) = results
+    assert tf == ss and torch.equal(r_tf, r_ss)
+    assert all(torch.equal(x, y) for x, y in zip(g_tf, g_ss, strict=True))
+
+
+def test_two_pass_mixes_truth_and_first_pass_draws_and_keeps_padding():
+    model = tiny_model(attention="additive").train()
+    b = collate(PAIRS)
+    enc = model.encode(b.src, b.src_len)
+    state = model.decoder.init_state(enc)
+    torch.manual_seed(0)
+    zero = mixed_inputs(model.decoder, b.tgt_in, enc, state, 0.0)
+    assert torch.equal(zero[:, 0], b.tgt_in[:, 0])  # <s> is always given
+    pad = b.tgt_in == PAD
+    assert torch.equal(zero[pad], b.tgt_in[pad])  # padding stays padding
+    assert not torch.equal(zero[~pad], b.tgt_in[~pad])  # eps = 0: the model's own draws
+    torch.manual_seed(0)
+    half = mixed_inputs(model.decoder, b.tgt_in, enc, state, 0.5)
+    from_truth, from_draw = half == b.tgt_in, half == zero  # the same seed: the same draws
+    assert (from_truth | from_draw).all() and from_truth.any()
+    # the loss's two passes: only the second takes gradient, and it reaches the encoder
+    model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, teacher_forcing=0.5).backward()
+    assert model.encoder.embed.weight.grad.abs().sum() > 0
+
+
 def test_ratio_zero_feeds_the_models_own_samples():
     model = tiny_model(attention="additive").eval()
     b = collate(PAIRS)
@@ -71,7 +109,8 @@ def test_the_loss_with_sampling_trains_and_reaches_the_encoder():
     assert model.encoder.embed.weight.grad.abs().sum() > 0
 
 
-def test_training_logs_eps_as_it_falls(tmp_path):
+@pytest.mark.parametrize("stepwise", [False, True])
+def test_training_logs_eps_as_it_falls(tmp_path, stepwise):
     from lookback.train import train
 
     raw = tiny_train_config(
@@ -84,6 +123,7 @@ def test_training_logs_eps_as_it_falls(tmp_path):
             "teacher_forcing": 0.5,
             "sampling_decay": "linear",
             "sampling_k": 40,
+            "stepwise": stepwise,  # two passes, or Bengio's draws one step at a time
         },
     )
     run = train(from_dict(raw))
