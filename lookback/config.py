@@ -141,6 +141,7 @@ class TrainConfig:
     guide_updates: int = at_least(1000, 1)  # ... falling linearly to 0 at this update (guided.py)
     curriculum: list[int] = positive_ints()  # epoch i: targets of <= curriculum[i] pieces only (batch.py)
     coverage_loss: float = at_least(0.0, 0)  # weight of sum_t sum_i min(alpha, coverage) (coverage.py)
+    coverage_start: int = at_least(0, 0)  # ... from this update on (See et al. 2017: only at the end)
     teacher_forcing: float = ranged(1.0, *_UNIT)  # P(feeding the true y_{t-1}); with a decay, its floor
     sampling_decay: Literal["none", "linear", "exponential", "inverse_sigmoid"] = "none"  # scheduled sampling
     sampling_k: float = ranged(5000.0, *_POSITIVE)  # the decay's k (sampling.py; Bengio et al. 2015)
@@ -329,6 +330,8 @@ def _cross_checks(cfg: Config) -> list[str]:
             f"{m.dec_hidden_size} and the encoder outputs {enc_out}; set model.dec_hidden_size="
             f"{enc_out} or use 'general'"
         )
+    if cfg.train.coverage_start and not cfg.train.coverage_loss:
+        problems.append("train.coverage_start: starts train.coverage_loss, which is 0")
     if m.attention == "none":
         for key, on in (
             ("model.window", m.window != "global"),

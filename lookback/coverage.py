@@ -8,7 +8,8 @@ never (it never attends to it). Coverage is the running sum of the weights,
 and it is used three ways:
 
     in the score    e = v . tanh(W s + U h + w_c cov)      model.coverage (attention.AdditiveScore)
-    in the loss     J_cov = sum_t sum_i min(alpha_{t,i}, cov_{t,i})   train.coverage_loss (See eq. 12)
+    in the loss     J_cov = sum_t sum_i min(alpha_{t,i}, cov_{t,i})   train.coverage_loss (See eq. 12),
+                                                                      from train.coverage_start
     in beam search  cp = beta sum_i log min(sum_t alpha_{t,i}, 1)     decode.coverage_penalty (Wu et al.
                                                                       2016, eq. 14, GNMT)
 
@@ -30,6 +31,13 @@ FLOOR = 1e-6  # log min(coverage, 1) of a token with exactly no attention (spars
 def running_coverage(alpha: Tensor) -> Tensor:
     """cov_t = sum of the weights before step t: (B, T, S) -> (B, T, S), zero at t = 0."""
     return alpha.cumsum(1) - alpha
+
+
+def coverage_weight(weight: float, start: int, step: int) -> float:
+    """The weight of J_cov at update `step` (1-based): `weight` from update `start` on, 0 before
+    (train.coverage_loss, train.coverage_start). See et al. (2017) add the loss only in a short
+    last phase: from the first update it interfered with learning to translate."""
+    return weight if step >= start else 0.0
 
 
 def coverage_loss(alpha: Tensor, real: Tensor) -> Tensor:

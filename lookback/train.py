@@ -33,6 +33,7 @@ from . import distributed, progress
 from .batch import Batch, UpdatePlan, curriculum_batches, encode_corpus
 from .checkpoint import RunDir, require_tensorboard
 from .config import Config, save_config
+from .coverage import coverage_weight
 from .data import iter_parallel, read_parallel, sample_pairs
 from .device import autocast, describe, resolve_device, resolve_precision, set_threads
 from .diagnostics import probe
@@ -183,6 +184,7 @@ class Trainer:
         self.loss_module.train()
         t = self.cfg.train
         guide = guide_at(t, self.progress.step + 1)  # guided alignment's weight (0: off)
+        coverage = coverage_weight(t.coverage_loss, t.coverage_start, self.progress.step + 1)
         eps = truth_probability(self.progress.step, t.teacher_forcing, t.sampling_decay, t.sampling_k)
         self.optimizer.zero_grad(set_to_none=True)
         (tokens,) = self.ranks.sum([sum(b.n_tokens for b in batches)])
@@ -200,7 +202,7 @@ class Trainer:
                         batch.tgt_out,
                         t.label_smoothing,
                         guide,
-                        t.coverage_loss,
+                        coverage,
                         eps,
                         t.stepwise,
                     )

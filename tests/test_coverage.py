@@ -152,6 +152,15 @@ def test_bahdanau_readout_in_every_wiring(attend_from, feeding):
     assert len(greedy(none, b.src, b.src_len)) == 3
 
 
+def test_the_coverage_loss_starts_at_its_update():
+    from lookback.coverage import coverage_weight
+
+    assert [coverage_weight(1.0, 3, step) for step in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 1.0]
+    assert coverage_weight(0.5, 0, 1) == 0.5  # from the first update
+    with pytest.raises(ConfigError, match="train.coverage_start: starts train.coverage_loss, which is 0"):
+        from_dict({"train": {"coverage_start": 100}})
+
+
 def test_coverage_config_checks():
     with pytest.raises(
         ConfigError, match="model.coverage: the coverage term is in the additive score, not 'dot'"
