@@ -201,42 +201,60 @@ def diagnostics_by_length(srcs: list[str], translations: list) -> dict[str, dict
     return {label: pooled([rows[i] for i in idx if rows[i] is not None]) for label, idx in groups.items()}
 
 
+def _attention_records(records: list[dict]) -> list[dict]:
+    """The records that hold the probe's statistics: `probe` ones where the run logged them
+    (train.probe_every), else the validations'."""
+    for kind in ("probe", "valid"):
+        found = [r for r in history(records, kind) if "alpha_entropy" in r]
+        if found:
+            return found
+    return []
+
+
 def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> list[str]:
-    """When each model starts to look at the source: validation BLEU (top), and the entropy and
-    diagonal weight of its attention logged at every validation (bottom), against updates, from
-    each run directory's metrics.jsonl. Saved by `path`'s suffix (PNG, SVG, PDF); returns the
-    names of the runs that had attention statistics."""
+    """When each model starts to look at the source, against updates, from each run directory's
+    metrics.jsonl: validation BLEU (top); the entropy and diagonal weight of its attention
+    (middle); and, where logged, the spread of its scores (bottom, log scale: softmax saturates
+    past a few units). The probe's records where the run logged them every `train.probe_every`
+    updates, else the validations'. Saved by `path`'s suffix (PNG, SVG, PDF); returns the names
+    of the runs that had attention statistics."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True)
+    data = {name: read_metrics(run_dir) for name, run_dir in runs.items()}
+    spreads = any("score_spread" in r for records in data.values() for r in _attention_records(records))
+    fig, axes = plt.subplots(3 if spreads else 2, 1, figsize=(7.5, 8.5 if spreads else 6.5), sharex=True)
+    top, middle = axes[0], axes[1]
     drawn = []
-    for i, (name, run_dir) in enumerate(runs.items()):
-        valid = history(read_metrics(run_dir), "valid")
+    for i, (name, records) in enumerate(data.items()):
+        valid = history(records, "valid")
         colour = f"C{i % 10}"
         top.plot([r["step"] for r in valid], [r["bleu"] for r in valid], marker="o", color=colour, label=name)
-        stats = [r for r in valid if "alpha_entropy" in r]
-        if stats:
-            drawn.append(name)
-            steps = [r["step"] for r in stats]
-            bottom.plot(
-                steps, [r["alpha_entropy"] for r in stats], marker="o", color=colour, label=f"{name}: entropy"
-            )
-            bottom.plot(
-                steps,
-                [r["alpha_diagonal"] for r in stats],
-                marker="s",
-                ls="--",
-                color=colour,
-                label=f"{name}: diagonal",
-            )
+        stats = _attention_records(records)
+        if not stats:
+            continue
+        drawn.append(name)
+        steps = [r["step"] for r in stats]
+        marker = "o" if len(stats) < 30 else None
+        middle.plot(
+            steps, [r["alpha_entropy"] for r in stats], marker=marker, color=colour, label=f"{name}: entropy"
+        )
+        middle.plot(
+            steps, [r["alpha_diagonal"] for r in stats], ls="--", color=colour, label=f"{name}: diagonal"
+        )  # fmt: skip
+        if spreads and any("score_spread" in r for r in stats):
+            spread = [(r["step"], r["score_spread"]) for r in stats if "score_spread" in r]
+            axes[2].plot(*zip(*spread, strict=True), marker=marker, color=colour, label=name)
     top.set_ylabel("validation BLEU, greedy")
-    bottom.set_ylabel("attention (teacher-forced probe)")
-    bottom.set_xlabel("updates")
-    bottom.set_ylim(0, 1.05)
-    for ax in (top, bottom):
+    middle.set_ylabel("attention (teacher-forced probe)")
+    middle.set_ylim(0, 1.05)
+    if spreads:
+        axes[2].set_yscale("log")
+        axes[2].set_ylabel("spread of the scores e (std)")
+    axes[-1].set_xlabel("updates")
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(title or "Take-off: when attention starts to look at the source")

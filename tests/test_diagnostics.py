@@ -107,6 +107,22 @@ def test_takeoff_plot_from_run_directories(tmp_path, capsys):
     attends, plain = run("attends", True), run("plain", False)
     assert main(["takeoff", attends, f"fixed={plain}", "-o", str(tmp_path / "t.png")]) == 0
     assert (tmp_path / "t.png").stat().st_size > 10_000
+    probed = tmp_path / "probed"  # probe records every few updates, with the scores' spread: a third panel
+    probed.mkdir()
+    rows = [{"kind": "valid", "step": 100, "bleu": 5.0, "alpha_entropy": 0.5, "alpha_diagonal": 0.2}]
+    rows += [
+        {
+            "kind": "probe",
+            "step": s,
+            "alpha_entropy": 1 - s / 200,
+            "alpha_diagonal": 0.1,
+            "score_spread": 0.2 + s,
+        }
+        for s in range(0, 101, 25)
+    ]
+    (probed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert main(["takeoff", str(probed), attends, "-o", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > (tmp_path / "t.png").stat().st_size  # three panels
     assert "no attention statistics in fixed" in capsys.readouterr().out
     (tmp_path / "plain" / "metrics.jsonl").write_text("{not json\n", encoding="utf-8")
     assert main(["takeoff", plain, "-o", str(tmp_path / "u.svg")]) == 2
