@@ -104,3 +104,82 @@ def report(result: dict) -> str:
         )
     lines.append(f"  signature: {result['signatures']['bleu']}")
     return "\n".join(lines)
+
+
+def family(run: str) -> str:
+    """The model a study run belongs to: 'dot#2' (seed 2 of dot) -> 'dot'."""
+    return run.split("#", 1)[0]
+
+
+def _spread(scores: list[float]) -> dict:
+    return {
+        "seeds": len(scores),
+        "mean": sum(scores) / len(scores),
+        "min": min(scores),
+        "max": max(scores),
+        "range": max(scores) - min(scores),
+    }
+
+
+def compare_runs(
+    refs: list[str],
+    outputs: dict[str, list[str]],
+    against: dict[str, list[str]],
+    groups: dict[str, list[int]] | None = None,
+    **test: int,
+) -> dict:
+    """Models, each trained with one or more seeds, compared as a study states it (lookback study).
+
+    Args:
+        refs: the references of the test set.
+        outputs: run name -> its outputs; runs 'M', 'M#2', 'M#3' are model M's seeds.
+        against: model -> the models it is tested against.
+        groups: label -> sentence indices (e.g. evaluate.group_by_length), besides 'all'.
+        test: bs_samples, ar_trials of `paired_test`.
+
+    Returns:
+        models: model -> label -> BLEU over its seeds (seeds, mean, min, max, range);
+        pairs: one row per model, model tested against, and label: the first seeds' BLEU, their
+        paired tests' p-values, the difference of the means over seeds, the larger of the two
+        seed ranges, and the verdict: 'better' or 'worse' where `is_difference` says so with the
+        larger p-value of the two tests, else 'no difference'.
+    """
+    groups = {"all": list(range(len(refs))), **(groups or {})}
+    runs: dict[str, list[str]] = {}
+    for name in outputs:
+        runs.setdefault(family(name), []).append(name)
+    models = {}
+    for model, names in runs.items():
+        models[model] = {}
+        for label, idx in groups.items():
+            picked = [refs[i] for i in idx]
+            scores = [sacrebleu.corpus_bleu([outputs[n][i] for i in idx], [picked]).score for n in names]
+            models[model][label] = _spread(scores)
+    pairs = []
+    for model, others in against.items():
+        for other in others:
+            if other == model:
+                continue
+            for label, idx in groups.items():
+                a, b = ([outputs[runs[m][0]][i] for i in idx] for m in (other, model))
+                r = paired_test(a, b, [refs[i] for i in idx], (other, model), **test)
+                mine, theirs = models[model][label], models[other][label]
+                d, spread = mine["mean"] - theirs["mean"], max(mine["range"], theirs["range"])
+                p = max(r["p"]["bs"]["bleu"], r["p"]["ar"]["bleu"])
+                verdict = ("better" if d > 0 else "worse") if is_difference(p, d, spread) else "no difference"
+                pairs.append(
+                    {
+                        "model": model,
+                        "against": other,
+                        "bucket": label,
+                        "sentences": len(idx),
+                        "bleu": r["systems"][model]["bleu"],
+                        "against_bleu": r["systems"][other]["bleu"],
+                        "p_bootstrap": r["p"]["bs"]["bleu"],
+                        "p_randomisation": r["p"]["ar"]["bleu"],
+                        "mean_difference": d,
+                        "seed_range": spread,
+                        "verdict": verdict,
+                    }
+                )
+    return {"models": models, "pairs": pairs}

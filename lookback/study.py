@@ -16,6 +16,8 @@ with every model (e.g. hidden sizes), and the test sets:
     grid:                                    # optional; labels become name@label
       h128: {model.hidden_size: 128, model.dec_hidden_size: 128}
     tests: [multi30k:test_2016_flickr, "concat:3:multi30k:test_2016_flickr"]
+    seeds: {none: [2, 3], additive: [2, 3]}  # optional: more runs of a model, named none#2, ...
+    compare: [none]                          # optional: every model against these, paired tests
     beam: [1, 5]                             # greedy and beam 5; one size may be named alone
     hard_attention: [1, 2]                   # optional: also greedy with the k largest weights only
     flops_lengths: [10, 20, 40, 80]          # source lengths at which cost.py counts FLOPs
@@ -30,11 +32,18 @@ budget), then results.json, CSV tables, report.md and plots (BLEU and chrF by le
 the model without attention, compression, under- and over-translation, hard against soft
 attention, translation time and attention FLOPs by source length), and how each model learned
 (learning.csv, learning.png: validation BLEU against minutes; each run's metrics_MODEL.jsonl).
+
+A difference between two models is called one only where the seeds and a test agree
+(significance.py): each model's outputs are written to outputs/, its score is given as the
+mean and range over its seeds, and each model is compared with the `compare` models (by
+default those without attention) by sacreBLEU's paired bootstrap and approximate
+randomisation on the first seed's outputs, over the whole test set and by length.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import re
@@ -65,6 +74,7 @@ from .device import cpu_name
 from .diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
 from .evaluate import bleu_and_length, group_by_length
 from .model import count_parameters
+from .significance import compare_runs, family
 from .synth import TASKS, parse_lengths, sequence_accuracy, synth_corpus
 from .train import Trainer
 from .translator import Translator
@@ -115,6 +125,8 @@ class Study:
     hard_attention: list[int] = positive_ints()  # also greedy with only each step's k largest weights
     flops_lengths: list[int] = positive_ints(10, 20, 40, 80)  # source lengths at which cost.py counts
     synth: SynthSpec | None = None  # a synthetic corpus to write first, if it is missing
+    seeds: dict[str, list[int]] = field(default_factory=dict)  # model -> more seeds, each a run MODEL#SEED
+    compare: list[str] = field(default_factory=list)  # models all are tested against (default: no attention)
 
     def configs(self, extra: list[str] = (), only: list[str] | None = None) -> dict[str, Config]:
         """One validated config per model (x grid cell), each with its run directory;
@@ -129,11 +141,12 @@ class Study:
         for model in self.models:
             if only and model not in only:
                 continue
-            for label in self.grid or [""]:
-                name = f"{model}@{label}" if label else model
+            for label, seed in itertools.product(self.grid or [""], [None, *self.seeds.get(model, [])]):
+                name = (f"{model}@{label}" if label else model) + (f"#{seed}" if seed is not None else "")
                 run_dir = Path(self.out_dir) / "runs" / name
                 cell, own = _as_sets(self.grid.get(label)), _as_sets(self.models[model])
-                sets = [*_as_sets(self.set), *cell, *own, *extra, f"train.run_dir={run_dir}"]
+                seeded = [] if seed is None else [f"train.seed={seed}"]
+                sets = [*_as_sets(self.set), *cell, *own, *extra, *seeded, f"train.run_dir={run_dir}"]
                 try:
                     out[name] = load_config(self.base, sets)
                 except ConfigError as exc:
@@ -161,6 +174,11 @@ def load_study(path: str | Path) -> Study:
     study.beam = _as_list(study.beam)  # one beam size may be named alone
     study.base = str(path.parent / study.base)
     study.out_dir = study.out_dir or str(Path("studies") / study.name)
+    for key, names in (("seeds", list(study.seeds)), ("compare", study.compare)):
+        for name in names:
+            if name not in study.models:
+                models = ", ".join(study.models)
+                raise ConfigError(f"{path}: {key}: no model named {name!r} (models: {models})")
     study.configs()  # validate every model's config now, before any work starts
     return study
 
@@ -185,16 +203,21 @@ def train_models(configs: dict[str, Config]) -> dict[str, float]:
     return seconds
 
 
-def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam: int) -> dict[str, dict]:
+def evaluate_model(
+    translator: Translator, src: list[str], ref: list[str], beam: int
+) -> tuple[dict[str, dict], list[str]]:
     """Per source-length bucket: sentences, BLEU, chrF, output/reference length, sequence
-    accuracy, signs of under- and over-translation (coverage.py), ms per sentence, tokens."""
-    out = {}
+    accuracy, signs of under- and over-translation (coverage.py), ms per sentence, tokens;
+    and the outputs, in the order of `src`."""
+    out, outputs = {}, [""] * len(src)
     for label, idx in group_by_length(src).items():
         srcs, refs = [src[i] for i in idx], [ref[i] for i in idx]
         start = time.perf_counter()
         translations = translator.translate(srcs, beam=beam)
         seconds = time.perf_counter() - start
         hyps = [t.text for t in translations]
+        for i, hyp in zip(idx, hyps, strict=True):
+            outputs[i] = hyp
         report = coverage_report([(t.attention, t.src_tokens, t.tokens) for t in translations])
         looks = [
             sentence_diagnostics(t.attention, t.src_tokens) for t in translations if t.attention is not None
@@ -209,7 +232,7 @@ def evaluate_model(translator: Translator, src: list[str], ref: list[str], beam:
             "mean_src_tokens": sum(len(translator.src_tok.encode(s)) for s in srcs) / len(idx),
             "attention": pooled(looks) if looks else None,  # diagnostics.py; None without attention
         }
-    return out
+    return out, outputs
 
 
 def _evaluate_hard(translators: dict[str, Translator], src: list[str], ref: list[str], k: int) -> dict:
@@ -222,7 +245,7 @@ def _evaluate_hard(translators: dict[str, Translator], src: list[str], ref: list
         soft = translator.decode.hard_attention
         translator.decode.hard_attention = k
         try:
-            out[name] = evaluate_model(translator, src, ref, 1)
+            out[name] = evaluate_model(translator, src, ref, 1)[0]
         finally:
             translator.decode.hard_attention = soft
     return out
@@ -322,8 +345,7 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         "torch": torch.__version__,
         "models": {
             name: {
-                "overrides": _as_sets(study.models[name.split("@")[0]])
-                + _as_sets(study.grid.get(name.partition("@")[2])),
+                "overrides": _overrides(study, name),
                 "parameters": count_parameters(translators[name].model),
                 "train_seconds": train_seconds.get(name),
             }
@@ -334,13 +356,20 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     report = [f"# Study: {study.name}", ""]
     for spec in study.tests:
         src, ref = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
-        per_beam = {
-            k: {name: evaluate_model(t, src, ref, k) for name, t in translators.items()} for k in study.beam
+        evaluated = {
+            k: {n: evaluate_model(t, src, ref, k) for n, t in translators.items()} for k in study.beam
         }
+        per_beam = {k: {name: buckets for name, (buckets, _) in per.items()} for k, per in evaluated.items()}
+        outputs = {k: {name: hyps for name, (_, hyps) in per.items()} for k, per in evaluated.items()}
         result["tests"][spec] = {f"beam{k}": per_model for k, per_model in per_beam.items()}
         report += _write_test_outputs(out, spec, per_beam, configs)
+        _write_outputs(out / "outputs", spec, outputs)
+        k = max(study.beam)  # the seeds and paired tests at the widest beam
+        significance = compare_runs(ref, outputs[k], _compared(study, configs), group_by_length(src))
+        result["tests"][spec]["significance"] = {"beam": k, **significance}
+        report += _write_significance(out, spec, k, significance)
         if study.hard_attention:
-            soft = per_beam.get(1) or {n: evaluate_model(t, src, ref, 1) for n, t in translators.items()}
+            soft = per_beam.get(1) or {n: evaluate_model(t, src, ref, 1)[0] for n, t in translators.items()}
             hard = {k: _evaluate_hard(translators, src, ref, k) for k in study.hard_attention}
             result["tests"][spec].update({f"hard{k}": per_model for k, per_model in hard.items()})
             report += _write_hard(out, spec, soft, hard)
@@ -523,6 +552,63 @@ def _write_test_outputs(out: Path, spec: str, per_beam: dict, configs: dict[str,
         ),
         f"![BLEU by length](bleu_by_length_{slug}.png)",
         "",
+    ]
+
+
+def _overrides(study: Study, run: str) -> list[str]:
+    """What a run 'model@cell#seed' sets over the study's base: its model's, cell's and seed's."""
+    (model, _, cell), seed = family(run).partition("@"), run.partition("#")[2]
+    return (
+        _as_sets(study.models[model])
+        + _as_sets(study.grid.get(cell))
+        + ([f"train.seed={seed}"] if seed else [])
+    )
+
+
+def _compared(study: Study, configs: dict[str, Config]) -> dict[str, list[str]]:
+    """Model (with its grid cell) -> the models it is tested against: the study's `compare`
+    models, or those without attention, in the same grid cell."""
+    models = list(dict.fromkeys(family(name) for name in configs))  # 'dot@h128', seeds together
+    plain = {family(n).partition("@")[0] for n, cfg in configs.items() if cfg.model.attention == "none"}
+    bases = set(study.compare) or plain
+    return {
+        m: [b for b in models if b.partition("@")[0] in bases and b.partition("@")[2] == m.partition("@")[2]]
+        for m in models
+    }
+
+
+def _write_outputs(folder: Path, spec: str, outputs: dict[int, dict[str, list[str]]]) -> None:
+    """Each run's outputs on a test set, one file per beam size: what `lookback compare` reads."""
+    folder.mkdir(exist_ok=True)
+    for k, per_run in outputs.items():
+        for name, hyps in per_run.items():
+            path = folder / f"{name}.{_slug(spec)}.beam{k}.txt"
+            path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+
+
+def _write_significance(out: Path, spec: str, beam: int, result: dict) -> list[str]:
+    """The models' BLEU over their seeds, and the paired tests, as CSV tables and report sections."""
+    slug = _slug(spec)
+    seeds = [
+        {"model": m, "bucket": label, **{k: round(v, 2) if k != "seeds" else v for k, v in b.items()}}
+        for m, buckets in result["models"].items()
+        for label, b in buckets.items()
+    ]
+    pairs = [
+        {k: round(v, 4 if k.startswith("p_") else 2) if isinstance(v, float) else v for k, v in row.items()}
+        for row in result["pairs"]
+    ]
+    _write_csv(out / f"seeds_{slug}.csv", seeds)
+    _write_csv(out / f"significance_{slug}.csv", pairs)
+    what = f"beam {beam}" if beam > 1 else "greedy"
+    return [
+        _markdown(seeds, f"BLEU over each model's seeds ({what}; all sentences, then by source length)"),
+        _markdown(
+            pairs,
+            "Paired tests on the first seeds' outputs (sacreBLEU: bootstrap, approximate randomisation); "
+            "a difference is 'better' or 'worse' only where both p < 0.05 and the difference of the "
+            "means exceeds both models' seed ranges",
+        ),
     ]
 
 

@@ -66,7 +66,7 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
         assert model["parameters"] == count_parameters(Translator.load(run_dir).model)
         assert model["train_seconds"] == returned[str(run_dir)].seconds > 0
         assert model["overrides"] == [f'model.attention="{name}"']
-        assert list(result["tests"][spec]) == ["beam1", "beam3", "hard1"]
+        assert list(result["tests"][spec]) == ["beam1", "beam3", "significance", "hard1"]
         buckets = result["tests"][spec]["beam3"][name]
         assert {label: b["sentences"] for label, b in buckets.items()} == {"1-10": 3, "11-20": 2, "61+": 1}
         assert list(buckets) == ["1-10", "11-20", "61+"]  # short to long
@@ -330,3 +330,67 @@ def test_the_gain_of_attention_is_over_the_fixed_context_of_its_own_size():
     assert _baseline("additive", configs) == "none"
     assert _baseline("wide", configs) == "none64"  # the first, when no size matches
     assert _baseline("none64", configs) is None and _baseline("none", configs) is None
+
+
+def test_seeds_and_paired_tests_in_a_study(study_file, capsys):
+    """`seeds` adds runs MODEL#SEED; the report gives each model's BLEU over its seeds and tests
+    every model against the models without attention on the first seeds' outputs."""
+    import sacrebleu
+
+    from lookback.significance import paired_test
+
+    raw = yaml.safe_load(study_file.read_text())
+    raw.update(seeds={"additive": [2]}, beam=[2])
+    raw.pop("hard_attention")
+    study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    assert main(["study", str(study_file)]) == 0
+    out = study_file.parent / "out"
+    assert yaml.safe_load((out / "configs" / "additive#2.yaml").read_text())["train"]["seed"] == 2
+    result = json.loads((out / "results.json").read_text())
+    (spec,) = result["tests"]
+    sig = result["tests"][spec]["significance"]
+    assert sig["beam"] == 2 and set(sig["models"]) == {"none", "additive"}
+    slug = spec.strip("/").replace("/", "_")
+    ref = (study_file.parent / "data" / "lengths.fr").read_text().splitlines()
+    hyps = {
+        r: (out / "outputs" / f"{r}.{slug}.beam2.txt").read_text().splitlines()
+        for r in ("none", "additive", "additive#2")
+    }
+    scores = [sacrebleu.corpus_bleu(hyps[r], [ref]).score for r in ("additive", "additive#2")]
+    seeds = sig["models"]["additive"]["all"]
+    assert seeds["seeds"] == 2 and seeds["mean"] == pytest.approx(sum(scores) / 2)
+    assert seeds["range"] == pytest.approx(abs(scores[0] - scores[1]))
+    assert sig["models"]["none"]["all"]["seeds"] == 1 and sig["models"]["none"]["all"]["range"] == 0
+    rows = {(r["model"], r["against"], r["bucket"]): r for r in sig["pairs"]}
+    assert set(rows) == {("additive", "none", b) for b in ("all", "1-10", "11-20", "61+")}
+    whole = rows[("additive", "none", "all")]
+    expected = paired_test(hyps["none"], hyps["additive"], ref, ("none", "additive"))
+    assert (
+        whole["p_bootstrap"] == expected["p"]["bs"]["bleu"]
+        and whole["p_randomisation"] == expected["p"]["ar"]["bleu"]
+    )
+    assert whole["seed_range"] == pytest.approx(seeds["range"])
+    p = max(whole["p_bootstrap"], whole["p_randomisation"])
+    difference = p < 0.05 and abs(whole["mean_difference"]) > whole["seed_range"]
+    assert whole["verdict"] == (
+        "no difference" if not difference else "better" if whole["mean_difference"] > 0 else "worse"
+    )
+    report = (out / "report.md").read_text()
+    assert (
+        "BLEU over each model's seeds (beam 2" in report
+        and "Paired tests on the first seeds' outputs" in report
+    )
+    # lookback compare reads the same files
+    capsys.readouterr()
+    a, b = (str(out / "outputs" / f"{r}.{slug}.beam2.txt") for r in ("none", "additive"))
+    assert main(["compare", a, b, "--ref", str(study_file.parent / "data" / "lengths.fr"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["p"]["ar"]["bleu"] == whole["p_randomisation"]
+
+
+@pytest.mark.parametrize("key", ["seeds", "compare"])
+def test_seeds_and_compare_name_models_of_the_study(study_file, key):
+    raw = yaml.safe_load(study_file.read_text())
+    raw[key] = {"dot": [2]} if key == "seeds" else ["dot"]
+    study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"{key}: no model named 'dot' \\(models: none, additive\\)"):
+        load_study(study_file)
