@@ -133,6 +133,7 @@ class TrainConfig:
     max_epochs: int = at_least(30, 1)  # stop after this many passes over the data
     time_limit: float = at_least(0.0, 0)  # stop after this many minutes of training (0: no limit)
     lr: float = ranged(1e-3, *_POSITIVE)  # Adam learning rate
+    attention_lr: float | None = None  # the score's own parameters at lr x this (None: the score's own)
     schedule: Literal["plateau", "constant", "inverse_sqrt", "cosine"] = "plateau"  # lr over training
     warmup: int = at_least(0, 0)  # updates of linear warm-up to lr (0: none)
     clip: float = at_least(1.0, 0)  # gradient norm clipping (0: off)

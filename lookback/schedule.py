@@ -9,6 +9,8 @@ train.schedule:
                 without max_steps, at train.time_limit on the training clock, so that the rate
                 reaches its floor when the time limit stops the run, on a fast CPU or a slow one
 train.warmup: the first N updates rise linearly from train.lr / N to train.lr.
+A parameter group with an `lr_scale` (the attention's own parameters, train.py) runs at the
+rate times that scale throughout.
 
 Except for plateau after its warm-up, the rate is a function of the update
 number (and, for cosine by time, of the training time, which a checkpoint
@@ -49,4 +51,4 @@ def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, step: int, second
     lr = lr_at(cfg, step, seconds)
     if lr is not None:
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)

@@ -32,12 +32,12 @@ from tqdm import tqdm
 from . import distributed, progress
 from .batch import Batch, UpdatePlan, curriculum_batches, encode_corpus
 from .checkpoint import RunDir, require_tensorboard
-from .config import Config, save_config
+from .config import Config, TrainConfig, save_config
 from .coverage import coverage_weight
 from .data import iter_parallel, read_parallel, sample_pairs
 from .device import autocast, describe, resolve_device, resolve_precision, set_threads
 from .diagnostics import probe
-from .errors import NonFiniteLoss
+from .errors import CheckpointError, NonFiniteLoss
 from .evaluate import score, validation_loss
 from .guided import guide_at
 from .model import Seq2Seq, build_model, count_parameters
@@ -104,9 +104,11 @@ class Trainer:
         if t.compile:  # shapes vary from batch to batch: compiled once for dynamic shapes
             self.loss_module = torch.compile(self.loss_module, dynamic=True)
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr)
+        self.optimizer = torch.optim.Adam(parameter_groups(self.model, t), lr=cfg.train.lr)
         # train.schedule plateau: lower the learning rate when validation BLEU stops rising
-        self.scheduler = ReduceLROnPlateau(self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=t.min_lr)
+        self.scheduler = ReduceLROnPlateau(
+            self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=self._min_lrs()
+        )
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.translator = Translator(  # validations decode in the precision training runs in
@@ -349,18 +351,29 @@ class Trainer:
         """best.pt or last.pt (rank 0 writes); the last.pt before is kept as prev.pt."""
         self.run.save(name, self.state())
 
+    def _min_lrs(self) -> list[float]:
+        """train.min_lr for each parameter group, times the group's scale."""
+        return [self.cfg.train.min_lr * g.get("lr_scale", 1.0) for g in self.optimizer.param_groups]
+
     def _restore(self, state: dict[str, Any], saved: Config) -> None:
         cfg = self.cfg.train
         self.model.load_state_dict(state["model"])
+        groups = len(state["optimizer"]["param_groups"])
+        if groups != len(self.optimizer.param_groups):  # a run from before the attention had its own rate
+            raise CheckpointError(
+                f"{self.run.last}: its optimiser has {groups} parameter group(s), this model "
+                f"{len(self.optimizer.param_groups)}: the score's own parameters now learn at their own "
+                f"rate; resume with --set train.attention_lr=1 to train it as it was"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         # the schedule of this config, not the saved one; a changed learning rate applies from now
         self.scheduler.factor, self.scheduler.patience = cfg.lr_factor, cfg.lr_patience
-        self.scheduler.min_lrs = [cfg.min_lr] * len(self.optimizer.param_groups)
+        self.scheduler.min_lrs = self._min_lrs()
         if cfg.lr != saved.train.lr:
             logger.info("learning rate %g -> %g (train.lr changed)", saved.train.lr, cfg.lr)
             for group in self.optimizer.param_groups:
-                group["lr"] = cfg.lr
+                group["lr"] = cfg.lr * group.get("lr_scale", 1.0)
         self.progress = Progress(**{**state["progress"], "done": False})  # a larger budget goes on
         self.plan.epoch, self.plan.batch = self.progress.epoch, self.progress.batch
         self.ranks.restore_rng(state, self.device, cfg.seed)
@@ -368,6 +381,20 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         p = self.progress
         logger.info("resumed from step %d (epoch %d, batch %d)", p.step, p.epoch, p.batch)
+
+
+def parameter_groups(model: Seq2Seq, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """Adam's parameter groups: the attention's own parameters (the score's and a local window's)
+    at the rate times their `lr_scale` (train.attention_lr, else the score's own), the rest at
+    the rate."""
+    d = model.decoder
+    scale = cfg.attention_lr if cfg.attention_lr is not None else getattr(d.score, "lr_scale", 1.0)
+    own = [p for part in (d.score, d.window) if part is not None for p in part.parameters()]
+    if scale == 1.0 or not own:
+        return [{"params": list(model.parameters())}]
+    ids = {id(p) for p in own}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    return [{"params": rest}, {"params": own, "lr_scale": scale, "lr": cfg.lr * scale}]
 
 
 def train(cfg: Config, resume: bool = False, accept_changes: bool = False) -> Path:

@@ -9,6 +9,7 @@ import torch
 
 from lookback import train as train_module
 from lookback.config import ConfigError, TrainConfig, from_dict
+from lookback.errors import CheckpointError
 from lookback.schedule import lr_at
 from lookback.train import Trainer
 
@@ -123,3 +124,36 @@ def test_training_follows_the_schedule_and_a_resumed_run_matches_a_straight_one(
         straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "plateau"])
+def test_general_scores_w_learns_at_its_own_rate_and_resumes_exactly(tmp_path, monkeypatch, schedule):
+    """GeneralScore.lr_scale: W at a hundredth of the rate, through warm-up and schedule, across
+    a resume; train.attention_lr overrides it (1: one rate for all, as before)."""
+    train = {"max_steps": 12, "valid_every": 6, "log_every": 3, "schedule": schedule, "warmup": 4, "lr": 0.01}
+    config = lambda folder, **more: from_dict(  # noqa: E731
+        tiny_train_config(tmp_path / folder, train={**train, **more}, model={"attention": "general"})
+    )
+    straight = Trainer(config("a"))
+    rest, own = straight.optimizer.param_groups
+    assert own["params"] == [straight.model.decoder.score.W.weight] and own["lr_scale"] == 0.01
+    straight.train()
+    assert own["lr"] == pytest.approx(rest["lr"] * 0.01) and rest["lr"] > 0
+    real = train_module.stop_reason
+    halfway = lambda c, p: real(c, p) or ("half" if p.step >= 6 else None)  # noqa: E731
+    monkeypatch.setattr(train_module, "stop_reason", halfway)
+    Trainer(config("b")).train()
+    monkeypatch.setattr(train_module, "stop_reason", real)
+    resumed = Trainer(config("b"), resume=True)
+    resumed.train()
+    pairs = zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True)
+    for (name, a), b in pairs:
+        assert torch.equal(a, b), name
+    one = Trainer(config("c", attention_lr=1.0, max_steps=5))
+    assert len(one.optimizer.param_groups) == 1
+    one.train()
+    additive = Trainer(from_dict(tiny_train_config(tmp_path / "d", train=train)))
+    assert len(additive.optimizer.param_groups) == 1  # additive learns at the rate
+    # a checkpoint of one group does not resume into two: one line that says what to do
+    with pytest.raises(CheckpointError, match="resume with --set train.attention_lr=1"):
+        Trainer(config("c", max_steps=5), resume=True, accept_changes=True)
