@@ -37,9 +37,15 @@ class Score(nn.Module):
     from the sizes of s (dec_size), h (enc_size) and, for additive, its own layer.
 
     `lr_scale`: the score's own parameters learn at train.lr times this, unless
-    train.attention_lr says otherwise (see GeneralScore for why one score needs it)."""
+    train.attention_lr says otherwise (see GeneralScore for why one score needs it).
+    `h_gain`: the initial gain of the layer norm on h (model.layer_norm), unless
+    model.norm_gain says otherwise (see DotScore)."""
 
     lr_scale = 1.0
+
+    @staticmethod
+    def h_gain(enc_size: int) -> float:
+        return 1.0
 
     def __init__(self, dec_size: int = 0, enc_size: int = 0, attention_size: int = 0):
         super().__init__()
@@ -54,7 +60,18 @@ class Score(nn.Module):
 
 
 class DotScore(Score):
-    """Dot product (Luong et al. 2015, eq. 8): e = s . h. Needs D == He."""
+    """Dot product (Luong et al. 2015, eq. 8): e = s . h. Needs D == He.
+
+    With layer-normalised h, each h_i has a norm of about sqrt(He) times the norm's gain,
+    so e = s . h grows with the decoder state's norm and sqrt(He) together: on Multi30k
+    the scores' spread passed 5 within 50 updates, the weights went one-hot, and no
+    gradient came back to e (docs/study.md, "Why dot and general did not learn"). The
+    formula stays; the gain starts at 1 / sqrt(He), so that h_i starts at a norm of about
+    1, and the model learns the scale it needs."""
+
+    @staticmethod
+    def h_gain(enc_size: int) -> float:
+        return enc_size**-0.5
 
     def forward(self, s: Tensor, keys: Tensor) -> Tensor:
         return s @ keys.transpose(1, 2)  # (B, T, D) x (B, D, S) -> (B, T, S)

@@ -114,6 +114,7 @@ class ModelConfig:
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
     tie_embeddings: bool = False  # share target embeddings with the output layer
     layer_norm: bool = False  # LayerNorm on h_i and inside the readout, outside the RNN cells
+    norm_gain: float | None = None  # the layer norm's initial gain on h_i (None: the score's; dot 1/sqrt(He))
     attention_init: Literal["torch", "bahdanau"] = "torch"  # additive: bahdanau: W, U ~ N(0, 0.001^2), v = 0
 
     @property
@@ -331,6 +332,8 @@ def _cross_checks(cfg: Config) -> list[str]:
             f"{m.dec_hidden_size} and the encoder outputs {enc_out}; set model.dec_hidden_size="
             f"{enc_out} or use 'general'"
         )
+    if m.norm_gain is not None and not m.layer_norm:
+        problems.append("model.norm_gain: is the gain of model.layer_norm, which is off")
     if cfg.train.coverage_start and not cfg.train.coverage_loss:
         problems.append("train.coverage_start: starts train.coverage_loss, which is 0")
     if m.attention == "none":

@@ -88,4 +88,8 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
     for emb in (model.encoder.embed, model.decoder.embed):
         nn.init.normal_(emb.weight, std=cfg.emb_size**-0.5)  # N(0, 1) would saturate tanh
         emb.weight.data[PAD].zero_()
+    if cfg.layer_norm:  # the scale of the h_i the score reads: its own choice (attention.py), or norm_gain
+        score = model.decoder.score
+        own = score.h_gain(cfg.enc_out_size) if score is not None else 1.0
+        nn.init.constant_(model.encoder.norm.weight, cfg.norm_gain if cfg.norm_gain is not None else own)
     return model
