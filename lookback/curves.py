@@ -17,9 +17,11 @@ from pathlib import Path
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The records of a run directory's metrics.jsonl, in order; a clear error if it has none or
-    a line is not JSON (a last line cut short by a kill, without its newline, is skipped)."""
-    path = Path(run_dir) / "metrics.jsonl"
+    """The records of a run directory's metrics.jsonl (or of that file, named itself), in order;
+    a clear error if it has none or a line is not JSON (a last line cut short by a kill, without
+    its newline, is skipped)."""
+    path = Path(run_dir)
+    path = path if path.suffix == ".jsonl" else path / "metrics.jsonl"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

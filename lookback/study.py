@@ -235,20 +235,14 @@ def evaluate_model(
     return out, outputs
 
 
-def _evaluate_hard(translators: dict[str, Translator], src: list[str], ref: list[str], k: int) -> dict:
-    """Greedy with only the k largest attention weights of each step kept, for every model that
-    attends (model -> buckets)."""
-    out = {}
-    for name, translator in translators.items():
-        if translator.model.decoder.score is None:
-            continue
-        soft = translator.decode.hard_attention
-        translator.decode.hard_attention = k
-        try:
-            out[name] = evaluate_model(translator, src, ref, 1)[0]
-        finally:
-            translator.decode.hard_attention = soft
-    return out
+def _evaluate_hard(translator: Translator, src: list[str], ref: list[str], k: int) -> dict:
+    """Greedy with only the k largest attention weights of each step kept: its buckets."""
+    soft = translator.decode.hard_attention
+    translator.decode.hard_attention = k
+    try:
+        return evaluate_model(translator, src, ref, 1)[0]
+    finally:
+        translator.decode.hard_attention = soft
 
 
 def compression_rows(cfg: Config, buckets: dict[str, dict]) -> list[dict]:
@@ -329,16 +323,34 @@ def _plot(path: Path, per_beam: dict[int, dict[str, dict]], key: str, ylabel: st
 
 
 def run_study(study: Study, train: bool = True, extra: list[str] = (), only: list[str] | None = None) -> dict:
-    """Train (unless `train` is False), evaluate, and write every table and plot."""
+    """Train (unless `train` is False), evaluate, and write every table and plot.
+
+    Each run's evaluation is kept in out_dir/evaluations/RUN.json (its outputs included), with
+    the checkpoint it came from: a run evaluated before, whose run directory is gone (another
+    machine, a fresh clone of a committed study), is neither trained nor evaluated again, and
+    the report covers every run evaluated so far. A study can so be run a few models at a time."""
     start = time.perf_counter()
     configs = study.configs(extra, only)
     if study.synth is not None:
         _make_synth(study.synth)
     out = Path(study.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    train_seconds = train_models(configs) if train else {}
-    translators = {name: Translator.load(cfg.train.run_dir) for name, cfg in configs.items()}
+    (out / "evaluations").mkdir(parents=True, exist_ok=True)
+    todo = {
+        n: c for n, c in configs.items() if _run_here(c) or not (out / "evaluations" / f"{n}.json").exists()
+    }
+    train_seconds = train_models(todo) if train else {}
     first = next(iter(configs.values())).data
+    data = {
+        spec: read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir) for spec in study.tests
+    }
+    evaluations = {}
+    for name, cfg in configs.items():
+        evaluation = _evaluation(study, name, cfg, data, out / "evaluations" / f"{name}.json")
+        if evaluation is None:
+            logger.warning("study: %s is neither trained nor evaluated here: left out", name)
+            continue
+        evaluations[name] = evaluation
+    configs = {n: c for n, c in configs.items() if n in evaluations}
     result: dict[str, Any] = {
         "study": study.name,
         "device": _device(),
@@ -346,21 +358,24 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         "models": {
             name: {
                 "overrides": _overrides(study, name),
-                "parameters": count_parameters(translators[name].model),
+                "parameters": e["parameters"],
                 "train_seconds": train_seconds.get(name),
+                "evaluated_on": e["device"],
             }
-            for name in configs
+            for name, e in evaluations.items()
         },
         "tests": {},
     }
     report = [f"# Study: {study.name}", ""]
-    for spec in study.tests:
-        src, ref = read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir)
-        evaluated = {
-            k: {n: evaluate_model(t, src, ref, k) for n, t in translators.items()} for k in study.beam
+    for spec, (src, ref) in data.items():
+        per_beam = {
+            k: {n: e["tests"][spec][f"beam{k}"]["buckets"] for n, e in evaluations.items()}
+            for k in study.beam
         }
-        per_beam = {k: {name: buckets for name, (buckets, _) in per.items()} for k, per in evaluated.items()}
-        outputs = {k: {name: hyps for name, (_, hyps) in per.items()} for k, per in evaluated.items()}
+        outputs = {
+            k: {n: e["tests"][spec][f"beam{k}"]["outputs"] for n, e in evaluations.items()}
+            for k in study.beam
+        }
         result["tests"][spec] = {f"beam{k}": per_model for k, per_model in per_beam.items()}
         report += _write_test_outputs(out, spec, per_beam, configs)
         _write_outputs(out / "outputs", spec, outputs)
@@ -369,20 +384,19 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         result["tests"][spec]["significance"] = {"beam": k, **significance}
         report += _write_significance(out, spec, k, significance)
         if study.hard_attention:
-            soft = per_beam.get(1) or {n: evaluate_model(t, src, ref, 1)[0] for n, t in translators.items()}
-            hard = {k: _evaluate_hard(translators, src, ref, k) for k in study.hard_attention}
+            soft = {n: e["tests"][spec]["soft"] for n, e in evaluations.items() if e["attends"]}
+            hard = {
+                k: {n: e["tests"][spec][f"hard{k}"] for n, e in evaluations.items() if e["attends"]}
+                for k in study.hard_attention
+            }
             result["tests"][spec].update({f"hard{k}": per_model for k, per_model in hard.items()})
             report += _write_hard(out, spec, soft, hard)
-    flops = [
-        {"model": name, **step_flops(t.model, S)}
-        for name, t in translators.items()
-        for S in study.flops_lengths
-    ]
+    flops = [{"model": name, **row} for name, e in evaluations.items() for row in e["flops"]]
     result["attention_flops"] = flops
     report += _write_flops(out, flops)
-    finished = study.configs(extra)  # the learning section covers every model trained so far
-    result["learning"] = learning_rows(finished)
-    report += _write_learning(out, finished, result["learning"])
+    learned = _learning_sources(out, study.configs(extra))  # every model trained so far, here or before
+    result["learning"] = learning_rows(learned)
+    report += _write_learning(out, learned, result["learning"])
     result["wall_seconds"] = time.perf_counter() - start
     (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
@@ -392,24 +406,96 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     return result
 
 
+def _learning_sources(out: Path, configs: dict[str, Config]) -> dict[str, Path]:
+    """Where each model's training log is: its run directory's metrics.jsonl, else the copy that
+    an earlier evaluation kept beside the report; models with neither are left out."""
+    sources = {}
+    for name, cfg in configs.items():
+        for path in (Path(cfg.train.run_dir) / "metrics.jsonl", out / f"metrics_{name}.jsonl"):
+            if path.exists():
+                sources[name] = path
+                break
+    return sources
+
+
+def _run_here(cfg: Config) -> bool:
+    """Whether the run has a checkpoint on this machine."""
+    return (Path(cfg.train.run_dir) / "last.pt").exists()
+
+
+def _checkpoint_stamp(cfg: Config) -> dict | None:
+    """What identifies the weights a run is evaluated with (best.pt): its size and time; None
+    without one."""
+    path = Path(cfg.train.run_dir) / "best.pt"
+    if not path.exists():
+        return None
+    stat = path.stat()
+    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) -> dict | None:
+    """One run's evaluation on every test set at every beam size (buckets and outputs), with
+    hard attention, its FLOPs and parameters: kept in `path`, computed again only when the
+    run's checkpoint or the study's evaluation settings differ. None when the run has neither."""
+    settings = {
+        "tests": study.tests,
+        "beam": study.beam,
+        "hard_attention": study.hard_attention,
+        "flops_lengths": study.flops_lengths,
+    }
+    cached = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    stamp = _checkpoint_stamp(cfg)
+    if stamp is None or (cached and cached["checkpoint"] == stamp and cached["settings"] == settings):
+        return cached
+    t = Translator.load(cfg.train.run_dir)
+    attends = t.model.decoder.score is not None
+    tests = {}
+    for spec, (src, ref) in data.items():
+        tests[spec] = {}
+        for k in study.beam:
+            buckets, outputs = evaluate_model(t, src, ref, k)
+            tests[spec][f"beam{k}"] = {"buckets": buckets, "outputs": outputs}
+        if study.hard_attention and attends:
+            tests[spec]["soft"] = (
+                tests[spec]["beam1"]["buckets"] if 1 in study.beam else evaluate_model(t, src, ref, 1)[0]
+            )
+            for k in study.hard_attention:
+                tests[spec][f"hard{k}"] = _evaluate_hard(t, src, ref, k)
+    evaluation = {
+        "run": name,
+        "checkpoint": stamp,
+        "settings": settings,
+        "device": _device(),
+        "parameters": count_parameters(t.model),
+        "attends": attends,
+        "tests": tests,
+        "flops": [step_flops(t.model, S) for S in study.flops_lengths],
+    }
+    path.write_text(json.dumps(evaluation), encoding="utf-8")
+    return evaluation
+
+
 LEVELS = (20, 30, 40, 45, 50)  # validation BLEU levels whose first minute the learning table gives
 
 
-def validation_curve(run_dir: str | Path) -> tuple[list[dict], float | None]:
-    """A run's validation records (from metrics.jsonl) and its median training tokens/s."""
-    records = read_metrics(run_dir)  # as the run finally went: a resume's repeated updates once
+def validation_curve(metrics: str | Path) -> tuple[list[dict], float | None]:
+    """A run's validation records and its median training tokens/s, from its metrics.jsonl (a
+    run directory, or the file itself)."""
+    records = read_metrics(metrics)  # as the run finally went: a resume's repeated updates once
     speeds = sorted(r["tokens_per_s"] for r in history(records, "train") if "tokens_per_s" in r)
     return history(records, "valid"), speeds[len(speeds) // 2] if speeds else None
 
 
-def learning_rows(configs: dict[str, Config]) -> list[dict]:
-    """How each model learned: updates, minutes, speed, final and best validation BLEU, and the
+def learning_rows(sources: dict[str, str | Path]) -> list[dict]:
+    """How each model learned, from its metrics.jsonl (model -> a run directory or the file; those
+    not there yet are left out): updates, minutes, speed, final and best validation BLEU, and the
     first minute (wall clock, validations included) at which validation BLEU reached each level."""
     rows = []
-    for name, cfg in configs.items():
-        if not (Path(cfg.train.run_dir) / "metrics.jsonl").exists():
+    for name, source in sources.items():
+        source = Path(source)
+        if not (source if source.suffix == ".jsonl" else source / "metrics.jsonl").exists():
             continue  # not trained (yet)
-        valid, speed = validation_curve(cfg.train.run_dir)
+        valid, speed = validation_curve(source)
         if not valid:
             continue
         row = {
@@ -427,9 +513,9 @@ def learning_rows(configs: dict[str, Config]) -> list[dict]:
     return rows
 
 
-def _write_learning(out: Path, configs: dict[str, Config], rows: list[dict]) -> list[str]:
-    """Each model's metrics.jsonl beside the report, the learning table, and validation BLEU
-    against minutes in one plot."""
+def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> list[str]:
+    """Each model's metrics.jsonl beside the report (metrics_MODEL.jsonl), the learning table, and
+    validation BLEU against minutes in one plot; `sources`: model -> its metrics.jsonl."""
     if not rows:
         return []
     import matplotlib
@@ -440,12 +526,11 @@ def _write_learning(out: Path, configs: dict[str, Config], rows: list[dict]) -> 
     # against minutes, the figure to optimise, and against updates, which a machine whose speed
     # varies from run to run does not move
     fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for name, cfg in configs.items():
-        metrics = Path(cfg.train.run_dir) / "metrics.jsonl"
-        if not metrics.exists():
-            continue
-        (out / f"metrics_{name}.jsonl").write_bytes(metrics.read_bytes())
-        valid, _ = validation_curve(cfg.train.run_dir)
+    for name, metrics in sources.items():
+        kept = out / f"metrics_{name}.jsonl"
+        if metrics != kept:
+            kept.write_bytes(metrics.read_bytes())
+        valid, _ = validation_curve(kept)
         bleu = [r["bleu"] for r in valid]
         by_time.plot([r["seconds"] / 60 for r in valid], bleu, marker="o", label=name)
         by_step.plot([r["step"] for r in valid], bleu, marker="o", label=name)
@@ -462,13 +547,9 @@ def _write_learning(out: Path, configs: dict[str, Config], rows: list[dict]) -> 
     plt.close(fig)
     _write_csv(out / "learning.csv", rows)
     table = _markdown(rows, "How each model learned (validation set; metrics_MODEL.jsonl)")
-    runs = {
-        name: cfg.train.run_dir
-        for name, cfg in configs.items()
-        if (Path(cfg.train.run_dir) / "metrics.jsonl").exists()
-    }
+    kept = {name: str(out / f"metrics_{name}.jsonl") for name in sources}
     takeoff = plot_takeoff(
-        runs, str(out / "takeoff.png"), f"Take-off: when attention starts to look, on {cpu_name()}"
+        kept, str(out / "takeoff.png"), f"Take-off: when attention starts to look, on {cpu_name()}"
     )
     shown = ["![attention entropy and diagonal weight against updates](takeoff.png)", ""] if takeoff else []
     return ["## Learning", "", table, "![validation BLEU against minutes](learning.png)", "", *shown]

@@ -174,9 +174,8 @@ def test_the_learning_table_by_hand(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    cfg = from_dict({"train": {"run_dir": str(run)}})
-    untrained = from_dict({"train": {"run_dir": str(tmp_path / "not_yet")}})
-    (row,) = study_module.learning_rows({"m": cfg, "later": untrained})
+    (row,) = study_module.learning_rows({"m": run, "later": tmp_path / "not_yet"})
+    assert study_module.learning_rows({"m": run / "metrics.jsonl"}) == [row]  # the file itself
     assert row == {
         "model": "m",
         "updates": 300,
@@ -394,3 +393,41 @@ def test_seeds_and_compare_name_models_of_the_study(study_file, key):
     study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     with pytest.raises(ConfigError, match=f"{key}: no model named 'dot' \\(models: none, additive\\)"):
         load_study(study_file)
+
+
+def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, monkeypatch):
+    """A study's evaluations/ (committed, say) stand for runs that are gone: nothing is trained or
+    evaluated again, the report is the same, and a model added later is trained alone."""
+    import shutil
+
+    assert main(["study", str(study_file)]) == 0
+    out = study_file.parent / "out"
+    before = json.loads((out / "results.json").read_text())
+    shutil.rmtree(out / "runs")  # a fresh clone: the evaluations and logs are kept, the runs not
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained or loaded again")
+
+    monkeypatch.setattr(study_module, "Trainer", refuse)
+    monkeypatch.setattr(study_module.Translator, "load", refuse)
+    assert main(["study", str(study_file)]) == 0
+    after = json.loads((out / "results.json").read_text())
+    assert after["tests"] == before["tests"] and after["learning"] == before["learning"]
+    assert {m: r["parameters"] for m, r in after["models"].items()} == {
+        m: r["parameters"] for m, r in before["models"].items()
+    }
+    monkeypatch.undo()
+    raw = yaml.safe_load(study_file.read_text())
+    raw["models"]["general"] = {"model.attention": "general"}
+    study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    trained = []
+
+    class Recording(study_module.Trainer):
+        def train(self):
+            trained.append(self.cfg.train.run_dir)
+            return super().train()
+
+    monkeypatch.setattr(study_module, "Trainer", Recording)
+    assert main(["study", str(study_file)]) == 0
+    assert trained == [str(out / "runs" / "general")]
+    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none", "additive", "general"}
