@@ -147,7 +147,7 @@ def test_probe_sees_scores_spread_and_saturate():
     for scale in (0.0, 1.0, 1e4):
         model = tiny_model(attention="dot", dec_hidden_size=16, hidden_size=8, layer_norm=True)
         with torch.no_grad():
-            model.encoder.norm.weight.mul_(scale + 1e-6)  # h scaled: dot's scores with it
+            model.encoder.norm.weight.fill_(scale + 1e-6)  # h scaled: dot's scores with it
         stats = probe(model, _probe_pairs(), torch.device("cpu"))
         spreads.append(stats["score_spread"])
         grads.append(stats["score_grad"])
