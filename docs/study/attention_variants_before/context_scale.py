@@ -2,7 +2,7 @@
 its readout ~s_t = tanh(W_c [s_t; c_t]) is, teacher-forced on the first N validation pairs of
 its own config. Why the first multi-head model of the study did not learn (docs/study.md):
 
-    python docs/study/attention_variants/context_scale.py RUN_DIR [RUN_DIR ...] [--pairs 64] [--json F]
+    python docs/study/attention_variants_before/context_scale.py RUN_DIR [RUN_DIR ...] [--pairs 64] [--json F]
 """
 
 import argparse

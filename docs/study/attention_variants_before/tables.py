@@ -1,8 +1,8 @@
 """The tables of docs/study.md's attention-variants section, from this folder's study outputs.
 
 lookback study configs/study/attention_variants.yaml --evaluate-only   # writes studies/attention_variants/
-cp studies/attention_variants/{results.json,*.csv,*.png,report.md} docs/study/attention_variants/
-python docs/study/attention_variants/tables.py
+cp studies/attention_variants/{results.json,*.csv,*.png,report.md} docs/study/attention_variants_before/
+python docs/study/attention_variants_before/tables.py
 """
 
 from __future__ import annotations
