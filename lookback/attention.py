@@ -144,9 +144,15 @@ class GeneralScore(Score):
     At the full rate the scores' spread passed 4 within 50 updates on Multi30k, before
     attention meant anything, and softmax saturated: one-hot weights, no gradient back
     to e, 16 validation BLEU at update 600 against additive's 42. At a hundredth, 42.
-    (docs/study.md, "Why dot and general did not learn")."""
+    And as for dot, h starts at a norm of about 1 (`h_gain`): attending from s_{t-1},
+    the state that carries c_t, saturated even at a hundredth without it (6 BLEU at
+    update 300 against 23 with it). (docs/study.md, "Why dot and general did not learn")."""
 
     lr_scale = 0.01
+
+    @staticmethod
+    def h_gain(enc_size: int) -> float:
+        return enc_size**-0.5
 
     def __init__(self, dec_size: int, enc_size: int, attention_size: int = 0):
         super().__init__()

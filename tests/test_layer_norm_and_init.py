@@ -122,11 +122,11 @@ def test_layer_norm_trains_with_every_shipped_attention(attention):
 
 @pytest.mark.parametrize(
     "attention,gain",
-    [("dot", 48**-0.5), ("general", 1.0), ("additive", 1.0), ("scaled_dot", 1.0), ("none", 1.0)],
+    [("dot", 48**-0.5), ("general", 48**-0.5), ("additive", 1.0), ("scaled_dot", 1.0), ("none", 1.0)],
 )
 def test_the_norm_on_h_starts_at_the_gain_its_score_reads_it_at(attention, gain):
-    """Dot reads h unscaled: its norm starts at a gain of 1 / sqrt(He), so that each h_i starts at
-    a norm of about 1; model.norm_gain sets any gain."""
+    """Dot and general read h unscaled: its norm starts at a gain of 1 / sqrt(He), so that each h_i
+    starts at a norm of about 1; model.norm_gain sets any gain."""
     sizes = {"dec_hidden_size": 48} if "dot" in attention else {}
     model = tiny_model(attention=attention, layer_norm=True, hidden_size=24, **sizes)  # He = 48
     assert torch.allclose(model.encoder.norm.weight, torch.full((48,), gain))
