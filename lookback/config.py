@@ -114,7 +114,7 @@ class ModelConfig:
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
     tie_embeddings: bool = False  # share target embeddings with the output layer
     layer_norm: bool = False  # LayerNorm on h_i and inside the readout, outside the RNN cells
-    norm_gain: float | None = None  # the norm's initial gain on h_i (None: the score's; dot, general: He^-0.5)
+    norm_gain: float | None = None  # the norm's first gain on h_i (None: the score's; dot, general: He^-0.5)
     attention_init: Literal["torch", "bahdanau"] = "torch"  # additive: bahdanau: W, U ~ N(0, 0.001^2), v = 0
 
     @property

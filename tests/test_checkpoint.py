@@ -120,7 +120,8 @@ def _damaged(data: bytes, how: str) -> bytes:
         return rng.randbytes(len(data))
     flipped = bytearray(data)  # "flip": one byte in the middle of the largest tensor's record
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        record = max(archive.infolist(), key=lambda r: r.file_size)
+        tensors = [r for r in archive.infolist() if "/data/" in r.filename]  # not data.pkl, the config
+        record = max(tensors, key=lambda r: r.file_size)
     name_len, extra_len = struct.unpack("<HH", data[record.header_offset + 26 : record.header_offset + 30])
     start = record.header_offset + 30 + name_len + extra_len  # after the local file header
     flipped[start + record.file_size // 2] ^= 0x01

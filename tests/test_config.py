@@ -15,6 +15,7 @@ from lookback.config import (
     save_config,
     search_width,
 )
+from lookback.significance import family
 from lookback.study import Study, load_study
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
@@ -38,7 +39,7 @@ def test_shipped_studies_load_with_every_model_config(path):
     configs = study.configs()
     assert configs and all(isinstance(cfg, Config) for cfg in configs.values())
     for name, cfg in configs.items():  # each model is the base with its own overrides applied
-        for key, value in (study.models[name.split("@")[0]] or {}).items():
+        for key, value in (study.models[family(name).split("@")[0]] or {}).items():
             section, field = key.split(".")
             assert getattr(getattr(cfg, section), field) == value, (name, key)
 
