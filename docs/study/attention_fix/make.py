@@ -68,18 +68,19 @@ RUNS = {  # name: (config, the settings beyond its group's, group)
     ),
     "previous_dot": (C.format("dot"), "--set model.attend_from=previous", SHORT),
     "local_p": (C.format("additive"), "--set model.window=local_p --set model.window_size=10", SHORT),
-    "coverage": (C.format("additive"), "--set model.coverage=true --set train.coverage_loss=1", SHORT),
-    "coverage_stepwise": (
+    "coverage_loss_from_start": (
         C.format("additive"),
-        "--set model.coverage=true --set train.coverage_loss=1 --set train.stepwise=true "
-        "--set train.max_steps=300",
+        "--set model.coverage=true --set train.coverage_loss=1",
         SHORT,
     ),
-    "sampling": (
+    "coverage_loss_from_start_wc0": (
         C.format("additive"),
-        SAMPLING,
+        "--set model.coverage=true --set train.coverage_loss=1",
         SHORT,
     ),
+    "coverage_score": (C.format("additive"), "--set model.coverage=true", SHORT),
+    "coverage_score_wc0": (C.format("additive"), "--set model.coverage=true", SHORT),
+    "sampling": (C.format("additive"), SAMPLING, SHORT),
     "sampling_stepwise": (
         C.format("additive"),
         SAMPLING + " --set train.stepwise=true --set train.max_steps=300",
@@ -93,6 +94,14 @@ RUNS = {  # name: (config, the settings beyond its group's, group)
     "shipped_general": (C.format("general"), "", SAME_UPDATES),
     "shipped_dot": (C.format("dot"), "", SAME_UPDATES),
     "shipped_additive": (C.format("additive"), "", SAME_UPDATES),
+}
+
+
+NOTES = {  # runs that changed a weight after build_model, which no config key does
+    "general_zero_init": "general's W set to 0 after build_model; W at a hundredth of the rate",
+    "coverage_loss_from_start_wc0": "coverage's w_c set to 0 after build_model",
+    "coverage_score_wc0": "coverage's w_c set to 0 after build_model",
+    "coverage_score": "coverage's w_c drawn from U(-1, 1), PyTorch's default, after build_model",
 }
 
 
@@ -122,7 +131,11 @@ def main() -> None:
         "cpu_flags": cpu_flags(),
         "torch_threads": 2,
         "runs": {
-            n: {"command": f"lookback train {cfg} {group} {extra}".strip(), **summary(n)}
+            n: {
+                "command": f"lookback train {cfg} {group} {extra}".strip(),
+                "note": NOTES.get(n),
+                **summary(n),
+            }
             for n, (cfg, extra, group) in found.items()
         },
     }
