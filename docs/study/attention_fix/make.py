@@ -3,7 +3,7 @@ from the training logs in metrics/ (each run's metrics.jsonl, copied here as NAM
 
 Each run is `lookback train CONFIG --set ...` as RUNS below says, on top of SHORT (plain
 Multi30k, the first 600 updates at the shipped rate) or LONG_PAIRS (concat:1-4, the study's
-sizes, 1,000 updates) or SAME_UPDATES (the shipped configs, 2,000 updates with their cosine).
+sizes, 1,000 updates) or SAME_UPDATES (the shipped configs, 1,200 updates with their cosine).
 Every run logged the probe (diagnostics.py) every 25, 50 or 100 updates from update 0.
 
     python docs/study/attention_fix/make.py    # writes results.json, takeoff_*.png; prints the tables
@@ -33,7 +33,7 @@ LONG_PAIRS = (
     " --set model.dec_hidden_size=256"
 )
 SAME_UPDATES = (
-    "--set train.max_steps=2000 --set train.valid_every=500 --set train.probe_every=50 "
+    "--set train.max_steps=1200 --set train.valid_every=400 --set train.probe_every=50 "
     "--set train.precision=fp32"
 )
 SAMPLING = (
