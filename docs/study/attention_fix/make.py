@@ -102,6 +102,8 @@ NOTES = {  # runs that changed a weight after build_model, which no config key d
     "coverage_loss_from_start_wc0": "coverage's w_c set to 0 after build_model",
     "coverage_score_wc0": "coverage's w_c set to 0 after build_model",
     "coverage_score": "coverage's w_c drawn from U(-1, 1), PyTorch's default, after build_model",
+    "sampling": "two passes as of commit 2e92953, which drew a token at every step before the coins: "
+    "the same mixture as now, other random numbers",
 }
 
 
