@@ -442,12 +442,13 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
         "beam": study.beam,
         "hard_attention": study.hard_attention,
         "flops_lengths": study.flops_lengths,
+        "precision": cfg.decode.precision,
     }
     cached = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
     stamp = _checkpoint_stamp(cfg)
     if stamp is None or (cached and cached["checkpoint"] == stamp and cached["settings"] == settings):
         return cached
-    t = Translator.load(cfg.train.run_dir)
+    t = Translator.load(cfg.train.run_dir, precision=cfg.decode.precision)  # the study's, not the run's
     attends = t.model.decoder.score is not None
     tests = {}
     for spec, (src, ref) in data.items():
