@@ -149,10 +149,7 @@ class GeneralScore(Score):
     update 300 against 23 with it). (docs/study.md, "Why dot and general did not learn")."""
 
     lr_scale = 0.01
-
-    @staticmethod
-    def h_gain(enc_size: int) -> float:
-        return enc_size**-0.5
+    h_gain = staticmethod(DotScore.h_gain)  # h at a norm of about 1, as for dot
 
     def __init__(self, dec_size: int, enc_size: int, attention_size: int = 0):
         super().__init__()

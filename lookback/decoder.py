@@ -136,6 +136,10 @@ class Decoder(nn.Module):
         nor ~s_{t-1} (coverage is fine: only attention then steps, in `_attend`)."""
         return not self.input_feeding and (self.attention == "none" or self.attend_from == "current")
 
+    def attention_parameters(self) -> list[nn.Parameter]:
+        """The attention's own parameters: the score's and a local window's (none for dot)."""
+        return [p for part in (self.score, self.window) if part is not None for p in part.parameters()]
+
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """Add the attention keys (e.g. U h), computed once per sentence."""
         return enc if self.score is None else enc._replace(keys=self.score.keys(enc.h))

@@ -102,8 +102,7 @@ def probe(model: Seq2Seq, pairs: list, device: torch.device) -> dict[str, float]
         real = batch.tgt_out != PAD  # (B, T)
         logits = torch.cat([o.logits for o in steps], 1)  # (B, T, V)
         J = torch.nn.functional.cross_entropy(logits[real].float(), batch.tgt_out[real], reduction="sum")
-        parts = [m for m in (model.decoder.score, model.decoder.window) if m is not None]
-        params = [p for m in parts for p in m.parameters()]  # the attention's own parameters
+        params = model.decoder.attention_parameters()
         scores = [o.e for o in steps]  # each (B, 1, S)
         grads = torch.autograd.grad(J, scores + params, allow_unused=True)
     model.train(was_training)

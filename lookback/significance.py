@@ -34,7 +34,6 @@ from sacrebleu.significance import PairedTest
 logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # not a line per metric and test on stderr
 
 ALPHA = 0.05  # the significance level: p below it is a significant difference
-TESTS = {"bs": "paired bootstrap resampling", "ar": "approximate randomisation"}
 
 
 def paired_test(

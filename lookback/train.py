@@ -389,7 +389,7 @@ def parameter_groups(model: Seq2Seq, cfg: TrainConfig) -> list[dict[str, Any]]:
     the rate."""
     d = model.decoder
     scale = cfg.attention_lr if cfg.attention_lr is not None else getattr(d.score, "lr_scale", 1.0)
-    own = [p for part in (d.score, d.window) if part is not None for p in part.parameters()]
+    own = d.attention_parameters()
     if scale == 1.0 or not own:
         return [{"params": list(model.parameters())}]
     ids = {id(p) for p in own}
