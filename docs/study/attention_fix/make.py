@@ -78,6 +78,12 @@ RUNS = {  # name: (config, the settings beyond its group's, group)
         "--set model.coverage=true --set train.coverage_loss=1",
         SHORT,
     ),
+    "coverage_loss_from_300": (
+        C.format("additive"),
+        "--set model.coverage=true --set train.coverage_loss=1 --set train.coverage_start=300",
+        SHORT,
+    ),
+    "local_m": (C.format("additive"), "--set model.window=local_m --set model.window_size=10", SHORT),
     "coverage_score": (C.format("additive"), "--set model.coverage=true", SHORT),
     "coverage_score_wc0": (C.format("additive"), "--set model.coverage=true", SHORT),
     "sampling": (C.format("additive"), SAMPLING, SHORT),
