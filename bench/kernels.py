@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
-from lookback import attention, search
+from lookback.decoding import search
 from lookback.device import cpu_name
+from lookback.model import attention
 
 from .__main__ import versions
 from .common import cpu_flags, write_json

@@ -52,9 +52,9 @@ def _sync(device) -> None:
 
 def train(spec: dict[str, Any]) -> dict[str, Any]:
     from lookback.config import from_dict
-    from lookback.model import count_parameters
-    from lookback.schedule import set_lr
-    from lookback.train import Trainer
+    from lookback.model.seq2seq import count_parameters
+    from lookback.training.schedule import set_lr
+    from lookback.training.train import Trainer
 
     recipe = spec.get("recipe")  # the recipe system: its own batches and schedule
     run_dir = Path(spec["out_dir"]) / spec.get("system", "lookback")

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from lookback import device
-from lookback.data import read_parallel
+from lookback.data.read import read_parallel
+from lookback.decoding.evaluate import score
 from lookback.device import cpu_name
-from lookback.evaluate import score
-from lookback.runtime import INT8, INT8_VNNI, ONNX_DIR, int8_suffix
+from lookback.runtime.fast import INT8, INT8_VNNI, ONNX_DIR, int8_suffix
 from lookback.translator import Translator
 
 from .common import cpu_flags

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from lookback.device import cpu_name
-from lookback.runtime import quantize_onnx, quantize_torch
+from lookback.runtime.fast import quantize_onnx, quantize_torch
 
 from .common import cpu_flags
 

@@ -73,7 +73,7 @@ def _source_key(config: str, overrides: list[str], recipe: dict | None = None) -
 
 
 def prepare_data(work: Path, test_limit: int) -> Path:
-    from lookback.data import read_parallel
+    from lookback.data.read import read_parallel
 
     folder = multi30k_dir()
     data = work / "data"
@@ -102,10 +102,10 @@ def prepare_seed(work: Path, config: str, overrides: list[str], recipe: dict | N
     With `recipe` (settings.recipe_settings), the recipe system's seed: its own model, and the
     tokenizer files of `config`'s seed (made first), so that every system reads the same pieces.
     """
-    from lookback.batch import encode_corpus
     from lookback.config import from_dict
-    from lookback.data import read_parallel
-    from lookback.train import Trainer
+    from lookback.data.batch import encode_corpus
+    from lookback.data.read import read_parallel
+    from lookback.training.train import Trainer
 
     data = work / "data"
     shared = prepare_seed(work, config, overrides) if recipe else None

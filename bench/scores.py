@@ -1,5 +1,5 @@
 """Score a bench run's test translations as lookback's `evaluate` does: sacreBLEU, chrF and the
-Multi30k protocol (lookback/evaluate.py), for every system and beam, from the hypothesis files.
+Multi30k protocol (lookback/decoding/evaluate.py), for every system and beam, from the hypothesis files.
 
     python -m bench.scores WORK_DIR/runs/STAMP/CONFIG [--json OUT.json]
 
@@ -19,7 +19,7 @@ from .common import read_json, read_lines, write_json
 
 def scores(run_dir: Path) -> dict[str, dict]:
     """{"SYSTEM.beamK": Scores as a dict} for every hypothesis file in the run directory."""
-    from lookback.evaluate import score
+    from lookback.decoding.evaluate import score
 
     spec = read_json(run_dir / "spec.json")
     refs = read_lines(Path(spec["data_dir"]) / f"{spec['test']}.{settings.TGT_LANG}")

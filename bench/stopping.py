@@ -21,10 +21,10 @@ import sys
 
 import torch
 
-from lookback.data import read_parallel
+from lookback.data.read import read_parallel
+from lookback.decoding.evaluate import bleu_and_length, bleu_by_length
+from lookback.decoding.search import lp, max_lengths
 from lookback.device import cpu_name
-from lookback.evaluate import bleu_and_length, bleu_by_length
-from lookback.search import lp, max_lengths
 from lookback.translator import Translator
 
 

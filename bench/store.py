@@ -109,7 +109,7 @@ def profile_sides(steps: int, folder: Path, store_first: bool = False) -> dict:
     import pstats
 
     from lookback.config import from_dict
-    from lookback.train import Trainer
+    from lookback.training.train import Trainer
 
     def seconds(stats: dict, file: str, name: str) -> float:
         return round(sum(v[3] for k, v in stats.items() if k[0].endswith(file) and k[2] == name), 3)
@@ -122,9 +122,9 @@ def profile_sides(steps: int, folder: Path, store_first: bool = False) -> dict:
         profile.runcall(trainer.train)
         stats = pstats.Stats(profile).stats  # (file, line, function) -> (.., .., tottime, cumtime, ..)
         out[label] = {
-            "batches_s": seconds(stats, "lookback/batch.py", "__iter__"),  # UpdatePlan: read + pad
-            "store_reads_s": seconds(stats, "lookback/store.py", "__getitem__"),
-            "updates_s": seconds(stats, "lookback/train.py", "train_step"),
+            "batches_s": seconds(stats, "lookback/data/batch.py", "__iter__"),  # UpdatePlan: read + pad
+            "store_reads_s": seconds(stats, "lookback/data/store.py", "__getitem__"),
+            "updates_s": seconds(stats, "lookback/training/train.py", "train_step"),
         }
         out[label]["batches_per_update_ms"] = round(1000 * out[label]["batches_s"] / steps, 2)
         # cProfile's cost per call weighs on the side with more calls: the reads alone, unprofiled

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import torch
 
-from lookback.batch import collate, encode_corpus, token_batches
 from lookback.config import load_config
-from lookback.data import read_parallel
+from lookback.data.batch import collate, encode_corpus, token_batches
+from lookback.data.read import read_parallel
+from lookback.data.tokenizer import train_tokenizers
 from lookback.device import cpu_name
-from lookback.model import build_model
-from lookback.tokenizer import train_tokenizers
-from lookback.train import parameter_groups
+from lookback.model.seq2seq import build_model
+from lookback.training.train import parameter_groups
 
 from .__main__ import versions
 from .common import cpu_flags, write_json

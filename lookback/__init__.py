@@ -1,7 +1,7 @@
 """lookback: RNN encoder-decoder neural machine translation with attention."""
 
 from .config import Config, load_config
-from .model import Seq2Seq, build_model
+from .model.seq2seq import Seq2Seq, build_model
 from .translator import Translation, Translator
 
 __version__ = "0.1.0"

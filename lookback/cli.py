@@ -38,10 +38,10 @@ from typing import NoReturn
 from tqdm import tqdm
 
 from .config import load_config, search_width
-from .distributed import is_main
+from .data.synth import DEFAULT_SIZES, SPLITS, TASKS, parse_lengths, synth_corpus
 from .errors import CheckpointError, ConfigError, DataError, first_line
-from .runtime import BACKENDS, QUANTIZE
-from .synth import DEFAULT_SIZES, SPLITS, TASKS, parse_lengths, synth_corpus
+from .runtime.fast import BACKENDS, QUANTIZE
+from .training.distributed import is_main
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)
 
@@ -57,7 +57,7 @@ class TqdmHandler(logging.Handler):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .train import train
+    from .training.train import train
 
     cfg = load_config(args.config, args.set)
     if args.accept_changes and not args.resume:
@@ -119,7 +119,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 def _test_set(args: argparse.Namespace, translator) -> tuple[str, list[str], list[str]]:
     """The test set that --test names (default: the run's data.test): its spec, sources, references."""
-    from .data import read_parallel
+    from .data.read import read_parallel
 
     data_cfg = translator.config.data
     spec = args.test or data_cfg.test
@@ -128,9 +128,9 @@ def _test_set(args: argparse.Namespace, translator) -> tuple[str, list[str], lis
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from .coverage import coverage_report
-    from .diagnostics import diagnostics_by_length
-    from .evaluate import bleu_by_length, score
+    from .decoding.evaluate import bleu_by_length, score
+    from .explain.diagnostics import diagnostics_by_length
+    from .model.coverage import coverage_report
 
     translator = _translator(args)
     spec, src, ref = _test_set(args, translator)
@@ -201,7 +201,7 @@ def _coverage_line(c: dict) -> str:
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> None:
-    from .faithfulness import COUNTERFACTUALS, faithfulness
+    from .explain.faithfulness import COUNTERFACTUALS, faithfulness
 
     translator = _translator(args)
     spec, src, ref = _test_set(args, translator)
@@ -230,8 +230,8 @@ def cmd_faithfulness(args: argparse.Namespace) -> None:
 
 
 def cmd_align(args: argparse.Namespace) -> None:
-    from .alignment import align, alignment_error, eflomal_links, pharaoh, read_gold
-    from .data import read_lines, read_parallel
+    from .data.read import read_lines, read_parallel
+    from .explain.alignment import align, alignment_error, eflomal_links, pharaoh, read_gold
 
     srcs, tgts = (read_lines(path) for path in (args.src, args.tgt))
     if len(srcs) != len(tgts):
@@ -272,8 +272,8 @@ def cmd_align(args: argparse.Namespace) -> None:
 
 
 def cmd_takeoff(args: argparse.Namespace) -> None:
-    from .diagnostics import plot_takeoff
-    from .serve import parse_run_dirs
+    from .explain.diagnostics import plot_takeoff
+    from .serve.app import parse_run_dirs
 
     runs = parse_run_dirs(args.run_dirs)
     drawn = plot_takeoff({name: str(d) for name, d in runs.items()}, args.output)
@@ -283,8 +283,8 @@ def cmd_takeoff(args: argparse.Namespace) -> None:
 
 
 def cmd_curves(args: argparse.Namespace) -> None:
-    from .curves import plot_curves
-    from .serve import parse_run_dirs
+    from .explain.curves import plot_curves
+    from .serve.app import parse_run_dirs
 
     runs = parse_run_dirs(args.run_dirs)
     plot_curves({name: str(d) for name, d in runs.items()}, args.output, args.title)
@@ -292,8 +292,8 @@ def cmd_curves(args: argparse.Namespace) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    from .data import read_lines, read_parallel
-    from .significance import paired_test, report
+    from .data.read import read_lines, read_parallel
+    from .decoding.significance import paired_test, report
 
     a, b = (read_lines(Path(f)) for f in args.outputs)
     if args.ref:
@@ -307,7 +307,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_study(args: argparse.Namespace) -> None:
-    from .study import load_study, run_study
+    from .study.run import load_study, run_study
 
     study = load_study(args.study)
     only = args.models.split(",") if args.models else None
@@ -319,7 +319,7 @@ def cmd_study(args: argparse.Namespace) -> None:
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
-    from .alignment import plot_alignment
+    from .explain.alignment import plot_alignment
 
     if not args.sentence.strip():
         raise ValueError("nothing to translate: the sentence is empty")
@@ -350,7 +350,7 @@ def cmd_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
-    from .explain import format_trace, lecture, lecture_numbers, trace
+    from .explain.trace import format_trace, lecture, lecture_numbers, trace
 
     if args.lecture:
         print(json.dumps(lecture_numbers(), indent=2) if args.json else lecture())
@@ -364,7 +364,7 @@ def cmd_explain(args: argparse.Namespace) -> None:
 
 
 def cmd_neighbours(args: argparse.Namespace) -> None:
-    from .neighbours import neighbours
+    from .explain.neighbours import neighbours
 
     pieces, near = neighbours(_translator(args), args.word, side=args.side, k=args.k)
     how = "" if len(pieces) == 1 else f" (the mean of its pieces {' '.join(pieces)})"
@@ -374,8 +374,8 @@ def cmd_neighbours(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from .evaluate import score
-    from .export import export
+    from .decoding.evaluate import score
+    from .runtime.export import export
     from .translator import Translator
 
     test = None
@@ -400,7 +400,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from .checkpoint import RunDir, average_checkpoints, save_checkpoint
+    from .training.checkpoint import RunDir, average_checkpoints, save_checkpoint
 
     kept = RunDir(args.run_dir).kept()
     paths = kept[-args.last :] if args.last else kept
@@ -417,7 +417,7 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     from .device import describe, resolve_device
-    from .serve import serve
+    from .serve.app import serve
 
     device = resolve_device(args.device, "--device")
     precision = args.precision or "each run's decode.precision"
@@ -502,7 +502,7 @@ nonnegative_int = int_range(0)
 
 def _kinds(text: str) -> str:
     """An argparse type: comma-separated counterfactual kinds of faithfulness.py."""
-    from .faithfulness import COUNTERFACTUALS
+    from .explain.faithfulness import COUNTERFACTUALS
 
     wrong = [k for k in text.split(",") if k not in COUNTERFACTUALS]
     if wrong:

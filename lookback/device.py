@@ -17,8 +17,6 @@ from pathlib import Path
 
 import torch
 
-from .distributed import threads_per_process
-
 logger = logging.getLogger(__name__)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -27,6 +25,17 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # tensor shape it has seen, up to 1,024 of them. Sentences give ever new shapes, so
 # with bf16 on CPU the cache alone grew a run by gigabytes; 64 kernels cost no speed.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+
+
+def cores() -> int:
+    """The CPU cores this process may use (Linux counts its affinity mask; others all cores)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def threads_per_process() -> int:
+    """train.threads 0 under torchrun: this machine's cores shared by its processes (0: torch's default)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, cores() // local) if local > 1 else 0
 
 
 def resolve_device(name: str, setting: str = "train.device") -> torch.device:

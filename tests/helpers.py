@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lookback.config import ModelConfig, TokenizerConfig, from_dict
-from lookback.model import build_model
+from lookback.model.seq2seq import build_model
 
 WORDS = {  # a toy English -> French lexicon for corpora that a tiny model can learn
     "the": "le",
@@ -117,7 +117,9 @@ def tiny_train_config(tmp_path: Path, **sections) -> dict:
 
 def train_tiny(folder: Path, attention: str) -> Path:
     """A tiny English -> French model of the toy lexicon, trained in seconds; returns its run directory."""
-    from lookback.train import train  # here, so that tests of a model alone do not import the trainer
+    from lookback.training.train import (
+        train,
+    )  # here, so that tests of a model alone do not import the trainer
 
     raw = tiny_train_config(
         folder,

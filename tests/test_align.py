@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from lookback.alignment import (
+from lookback.cli import main
+from lookback.explain.alignment import (
     align,
     alignment_error,
     groups_of_words,
@@ -12,7 +13,6 @@ from lookback.alignment import (
     pharaoh,
     read_gold,
 )
-from lookback.cli import main
 from lookback.translator import Translator
 
 from .helpers import toy_pairs, train_tiny
@@ -105,7 +105,7 @@ def test_align_command_writes_pharaoh_and_scores(run, tmp_path, capsys):
 
 
 def test_eflomal_learns_the_toy_lexicon_and_align_reports_agreement(run, tmp_path, capsys):
-    from lookback.alignment import eflomal_links
+    from lookback.explain.alignment import eflomal_links
 
     train, test = toy_pairs(300, seed=1), toy_pairs(20, seed=12)
     srcs, tgts = [e for e, _ in test], [f for _, f in test]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lookback.attention import AdditiveScore, DotScore, GeneralScore, attend, build_score, tanh
+from lookback.model.attention import AdditiveScore, DotScore, GeneralScore, attend, build_score, tanh
 
 # The notes' worked example: decoder state and three encoder states (The, cat, sat).
 S_NOTES = torch.tensor([[[0.5, -0.2, 0.8]]])  # (B=1, T=1, D=3)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from lookback.config import from_dict
-from lookback.diagnostics import probe
-from lookback.model import build_model
+from lookback.explain.diagnostics import probe
+from lookback.model.seq2seq import build_model
 
 from .helpers import tiny_train_config
 
@@ -44,7 +44,7 @@ def test_no_score_starts_saturated_at_the_shipped_sizes(score, attend_from):
 
 @pytest.mark.parametrize("score", list(SCORES) + ["local_p", "previous_dot", "previous_general"])
 def test_a_tiny_model_with_each_score_learns_the_toy_translation(tmp_path, score):
-    from lookback.train import train
+    from lookback.training.train import train
 
     more = {
         "local_p": {"window": "local_p", "window_size": 2},

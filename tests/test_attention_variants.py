@@ -9,12 +9,12 @@ import shutil
 import pytest
 import torch
 
-from lookback.attention import MultiHeadScore, ScaledDotScore, attend, keep_top
-from lookback.batch import collate
-from lookback.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lookback.cli import main
 from lookback.config import ConfigError, from_dict
-from lookback.search import greedy
+from lookback.data.batch import collate
+from lookback.decoding.search import greedy
+from lookback.model.attention import MultiHeadScore, ScaledDotScore, attend, keep_top
+from lookback.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lookback.translator import Translator
 
 from .helpers import tiny_model, train_tiny

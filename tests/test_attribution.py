@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lookback.attribution import agreement, attribute
-from lookback.search import greedy
-from lookback.tokenizer import BOS, EOS
+from lookback.data.tokenizer import BOS, EOS
+from lookback.decoding.search import greedy
+from lookback.explain.attribution import agreement, attribute
 
 from .helpers import tiny_model
 

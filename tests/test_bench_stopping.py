@@ -6,7 +6,7 @@ import pytest
 import sacrebleu
 
 from bench.stopping import measure
-from lookback.search import lp
+from lookback.decoding.search import lp
 
 
 class FakeTranslator:

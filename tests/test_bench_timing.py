@@ -188,7 +188,7 @@ def test_the_shipped_recipe_is_a_bench_recipe():
 def test_bench_scores_every_hypothesis_file_as_evaluate_does(tmp_path):
     from bench.scores import main as scores_main
     from bench.scores import scores
-    from lookback.evaluate import score
+    from lookback.decoding.evaluate import score
 
     refs = ["Un chien court dans la neige.", "Deux hommes sont assis sur un banc."]
     hyps = ["Un chien court dans la neige.", "Deux hommes assis sur un banc."]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lookback.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lookback.cli import main
 from lookback.config import Config
+from lookback.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 from .helpers import tiny_model
 

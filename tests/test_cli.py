@@ -153,7 +153,7 @@ def test_a_killed_run_resumes_to_the_same_parameters(tmp_path):
 
     import torch
 
-    from lookback.checkpoint import load_checkpoint
+    from lookback.training.checkpoint import load_checkpoint
 
     def config(name):
         raw = tiny_train_config(tmp_path / name, train={"max_steps": 150, "valid_every": 10})
@@ -311,11 +311,11 @@ def test_every_command_that_loads_a_model_says_where_it_runs(run, tmp_path, caps
         assert main([*argv, "--device", "cpu", "--checkpoint", "last"]) == 0
         err = capsys.readouterr().err
         assert "lookback: device: cpu (" in err and "precision: fp32" in err, argv[0]
-    import lookback.serve
+    import lookback.serve.app
 
     seen = {}
     monkeypatch.setattr(
-        lookback.serve, "serve", lambda run_dirs, **kwargs: seen.update(kwargs, run_dirs=run_dirs)
+        lookback.serve.app, "serve", lambda run_dirs, **kwargs: seen.update(kwargs, run_dirs=run_dirs)
     )
     argv = [
         "serve",

@@ -15,8 +15,8 @@ from lookback.config import (
     save_config,
     search_width,
 )
-from lookback.significance import family
-from lookback.study import Study, load_study
+from lookback.decoding.significance import family
+from lookback.study.run import Study, load_study
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 STUDIES = sorted((Path(__file__).parent.parent / "configs" / "study").glob("*.yaml"))

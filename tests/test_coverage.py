@@ -6,17 +6,17 @@ import math
 import pytest
 import torch
 
-from lookback.attention import AdditiveScore
-from lookback.batch import collate
 from lookback.config import ConfigError, from_dict
-from lookback.coverage import (
+from lookback.data.batch import collate
+from lookback.decoding.search import beam_search, greedy, rank_score
+from lookback.model.attention import AdditiveScore
+from lookback.model.coverage import (
     coverage_loss,
     coverage_penalty,
     coverage_report,
     repeated_ngrams,
     running_coverage,
 )
-from lookback.search import beam_search, greedy, rank_score
 
 from .helpers import tiny_model
 from .test_model import PAIRS
@@ -153,7 +153,7 @@ def test_bahdanau_readout_in_every_wiring(attend_from, feeding):
 
 
 def test_the_coverage_loss_starts_at_its_update():
-    from lookback.coverage import coverage_weight
+    from lookback.model.coverage import coverage_weight
 
     assert [coverage_weight(1.0, 3, step) for step in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 1.0]
     assert coverage_weight(0.5, 0, 1) == 0.5  # from the first update

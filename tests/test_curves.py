@@ -10,8 +10,8 @@ import pytest
 
 from lookback.cli import main
 from lookback.config import ConfigError, from_dict
-from lookback.curves import history, plot_curves, read_metrics
-from lookback.train import train
+from lookback.explain.curves import history, plot_curves, read_metrics
+from lookback.training.train import train
 
 from .helpers import tiny_train_config
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lookback import corpora, data
-from lookback.corpora import multi30k_dir, multi30k_paths
-from lookback.data import DataError, concat_pairs, read_lines, read_parallel
+from lookback.data import corpora
+from lookback.data import read as data
+from lookback.data.corpora import multi30k_dir, multi30k_paths
+from lookback.data.read import DataError, concat_pairs, read_lines, read_parallel
 
 from .helpers import require, tiny_train_config
 
@@ -401,12 +402,12 @@ def test_cli_data_error_in_a_real_process(tmp_path: Path) -> None:
 
 def test_training_pairs_over_max_len_tokens_are_skipped_with_a_count(caplog) -> None:
     """The token-length limit of training (data.max_len), applied after the tokenizers."""
-    from lookback.batch import encode_corpus
-    from lookback.tokenizer import WordTokenizer
+    from lookback.data.batch import encode_corpus
+    from lookback.data.tokenizer import WordTokenizer
 
     tok = WordTokenizer("en", ["a", "b"])
     src = ["a b", "a b a b a", "\x07", "b"]  # fits, 5 tokens, no tokens at all, fits
-    with caplog.at_level(logging.INFO, logger="lookback.batch"):
+    with caplog.at_level(logging.INFO, logger="lookback.data.batch"):
         corpus = encode_corpus(src, list(src), tok, tok, max_len=3)
     assert corpus.src == ["a b", "b"] and len(corpus.pairs) == 2
     assert "skipped 2 of 4 pairs" in caplog.text

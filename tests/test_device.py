@@ -94,7 +94,7 @@ def test_auto_is_the_default_for_training_and_translating(monkeypatch, flags, ch
 def test_validations_during_training_decode_in_the_precision_training_runs_in(monkeypatch, tmp_path):
     """On a CPU with native bf16, train.precision fp32 must not validate in bf16 (decode.precision auto)."""
     from lookback.config import from_dict
-    from lookback.train import Trainer
+    from lookback.training.train import Trainer
 
     from .helpers import tiny_train_config
 

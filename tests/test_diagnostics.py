@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lookback.config import from_dict
-from lookback.diagnostics import attention_stats, is_parking, pooled, sentence_diagnostics
-from lookback.tokenizer import PAD
+from lookback.data.tokenizer import PAD
+from lookback.explain.diagnostics import attention_stats, is_parking, pooled, sentence_diagnostics
 
 from .helpers import tiny_model, tiny_train_config, train_tiny
 
@@ -141,7 +141,7 @@ def _probe_pairs(n: int = 6, seed: int = 0) -> list[tuple[list[int], list[int]]]
 def test_probe_sees_scores_spread_and_saturate():
     """Dot's scores grow with the scale of h; once softmax is one-hot, its Jacobian
     diag(alpha) - alpha alpha^T is 0 and no gradient reaches e, however large dJ/dalpha."""
-    from lookback.diagnostics import probe
+    from lookback.explain.diagnostics import probe
 
     spreads, grads = [], []
     for scale in (0.0, 1.0, 1e4):
@@ -169,7 +169,7 @@ def test_probe_sees_scores_spread_and_saturate():
     ids=["dot", "general", "coverage", "previous+feeding", "local_p", "multihead"],
 )
 def test_probe_measures_every_variant_and_leaves_the_model_as_it_was(variant):
-    from lookback.diagnostics import probe
+    from lookback.explain.diagnostics import probe
 
     model = tiny_model(**variant)
     model.train()
@@ -185,7 +185,7 @@ def test_probe_measures_every_variant_and_leaves_the_model_as_it_was(variant):
 
 
 def test_training_probes_attention_every_n_updates_from_the_first(tmp_path):
-    from lookback.train import train
+    from lookback.training.train import train
 
     raw = tiny_train_config(tmp_path, train={"max_steps": 30, "valid_every": 30, "probe_every": 10})
     run_dir = train(from_dict(raw))

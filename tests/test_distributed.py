@@ -21,10 +21,11 @@ import pytest
 import torch
 import yaml
 
-from lookback import distributed
-from lookback.checkpoint import load_checkpoint
+from lookback import device
 from lookback.config import from_dict
-from lookback.train import Trainer
+from lookback.training import distributed
+from lookback.training.checkpoint import load_checkpoint
+from lookback.training.train import Trainer
 
 from .helpers import tiny_train_config
 
@@ -161,6 +162,6 @@ def test_without_torchrun_there_is_no_process_group(monkeypatch):
     assert distributed.init(torch.device("cpu")) == torch.device("cpu")
     assert not torch.distributed.is_initialized()
     assert distributed.Ranks().sum([3, 0.5]) == [3, 0.5]
-    assert distributed.threads_per_process() == 0  # train.threads 0: torch's default, all cores
+    assert device.threads_per_process() == 0  # train.threads 0: torch's default, all cores
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert distributed.threads_per_process() == max(1, distributed.cores() // 2)
+    assert device.threads_per_process() == max(1, device.cores() // 2)

@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
-from lookback.batch import pad
-from lookback.checkpoint import load_checkpoint
 from lookback.cli import main
 from lookback.config import from_dict
-from lookback.ensemble import Ensemble
-from lookback.train import train
+from lookback.data.batch import pad
+from lookback.decoding.ensemble import Ensemble
+from lookback.training.checkpoint import load_checkpoint
+from lookback.training.train import train
 from lookback.translator import Translator
 
 from .helpers import tiny_model, tiny_train_config, train_tiny

@@ -2,14 +2,14 @@
 
 import pytest
 
-from lookback.evaluate import (
+from lookback.data.synth import sequence_accuracy
+from lookback.decoding.evaluate import (
     bleu_by_length,
     bucket_of,
     group_by_length,
     multi30k_tokenize,
     score,
 )
-from lookback.synth import sequence_accuracy
 
 
 def test_perfect_and_wrong_translations():

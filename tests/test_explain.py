@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from lookback.alignment import merge_words, plot_alignment, word_groups
 from lookback.config import DecodeConfig, from_dict
-from lookback.explain import embedding_similarities, format_trace, lecture, lecture_numbers, trace
-from lookback.neighbours import cosine, neighbours
-from lookback.tokenizer import EOS, WordTokenizer
+from lookback.data.tokenizer import EOS, WordTokenizer
+from lookback.explain.alignment import merge_words, plot_alignment, word_groups
+from lookback.explain.neighbours import cosine, neighbours
+from lookback.explain.trace import embedding_similarities, format_trace, lecture, lecture_numbers, trace
 from lookback.translator import Translator
 
 from .helpers import WORDS
@@ -34,7 +34,7 @@ def toy_translator(seed: int = 0, **model) -> Translator:
             }
         }
     )
-    from lookback.model import build_model
+    from lookback.model.seq2seq import build_model
 
     net = build_model(cfg.model, src.vocab_size, tgt.vocab_size)
     return Translator(net, src, tgt, DecodeConfig(beam=3, max_ratio=1.0), cfg)
@@ -127,8 +127,8 @@ def test_format_trace_shows_the_three_steps():
 
 
 def test_trace_sets_gradients_beside_attention():
-    from lookback.attribution import agreement, attribute
-    from lookback.diagnostics import sentence_diagnostics
+    from lookback.explain.attribution import agreement, attribute
+    from lookback.explain.diagnostics import sentence_diagnostics
 
     t = toy_translator(attention="additive", seed=2)
     tr = trace(t, SENTENCE)

@@ -9,12 +9,12 @@ import shutil
 import pytest
 import torch
 
-from lookback.checkpoint import CheckpointError
 from lookback.cli import main
 from lookback.config import from_dict
-from lookback.export import WEIGHTS, export, is_export
-from lookback.serve import load_model
-from lookback.train import train
+from lookback.runtime.export import WEIGHTS, export, is_export
+from lookback.serve.app import load_model
+from lookback.training.checkpoint import CheckpointError
+from lookback.training.train import train
 from lookback.translator import Translator
 
 from .helpers import tiny_train_config, train_tiny

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from lookback.faithfulness import (
+from lookback.decoding.search import greedy
+from lookback.explain.faithfulness import (
     Counterfactual,
     decode,
     donor_order,
@@ -19,7 +20,6 @@ from lookback.faithfulness import (
     stretch,
     uniform,
 )
-from lookback.search import greedy
 from lookback.translator import Translator
 
 from .helpers import tiny_model, toy_pairs, train_tiny

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lookback.config import Config, ConfigError, from_dict, load_config
-from lookback.data import MAX_CHARS, DataError, read_lines, read_parallel
-from lookback.serve import create_app
-from lookback.tokenizer import BOS, EOS, PAD, WordTokenizer, train_tokenizers
-from lookback.train import train
+from lookback.data.read import MAX_CHARS, DataError, read_lines, read_parallel
+from lookback.data.tokenizer import BOS, EOS, PAD, WordTokenizer, train_tokenizers
+from lookback.serve.app import create_app
+from lookback.training.train import train
 from lookback.translator import Translator
 
 from .helpers import spm_config, syllable_corpus, tiny_train_config

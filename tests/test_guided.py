@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lookback.config import TrainConfig, from_dict
-from lookback.guided import diagonal_prior, guide_at, guided_loss
-from lookback.tokenizer import PAD
+from lookback.data.tokenizer import PAD
+from lookback.model.guided import diagonal_prior, guide_at, guided_loss
 
 from .helpers import tiny_model, tiny_train_config
 
@@ -59,7 +59,7 @@ def test_the_model_loss_adds_the_weighted_guide_only_when_it_attends(attention):
 
 
 def test_guided_training_looks_at_the_diagonal_sooner(tmp_path):
-    from lookback.train import train
+    from lookback.training.train import train
 
     diag = {}
     for guide in (0.0, 1.0):

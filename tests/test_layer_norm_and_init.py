@@ -85,7 +85,7 @@ def test_without_the_options_the_weights_are_those_of_earlier_runs():
 
 
 def test_a_tiny_model_with_both_learns_the_toy_translation(tmp_path):
-    from lookback.train import train
+    from lookback.training.train import train
 
     raw = tiny_train_config(
         tmp_path,

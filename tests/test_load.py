@@ -14,7 +14,7 @@ import pytest
 
 from bench.loadtest import Server, run_load, still_answers
 from lookback.config import from_dict
-from lookback.train import train
+from lookback.training.train import train
 
 from .helpers import require, tiny_train_config, toy_pairs
 

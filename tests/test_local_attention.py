@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from lookback.attention import attend
-from lookback.batch import collate
 from lookback.config import ConfigError, from_dict
-from lookback.cost import step_flops
-from lookback.local import LocalWindow, gather, scatter
-from lookback.search import beam_search, greedy
+from lookback.data.batch import collate
+from lookback.decoding.search import beam_search, greedy
+from lookback.explain.cost import step_flops
+from lookback.model.attention import attend
+from lookback.model.local import LocalWindow, gather, scatter
 
 from .helpers import tiny_model
 from .test_model import PAIRS, assert_one_call_equals_stepping

@@ -13,13 +13,13 @@ import time
 import pytest
 import torch
 
-from lookback import progress as progress_module
-from lookback.batch import UpdatePlan, curriculum_batches, token_batches
-from lookback.checkpoint import RunDir, load_checkpoint
 from lookback.config import ConfigError, TrainConfig, from_dict
-from lookback.distributed import Ranks
-from lookback.progress import Progress, progress_line, stop_reason, stop_signals
-from lookback.train import Trainer
+from lookback.data.batch import UpdatePlan, curriculum_batches, token_batches
+from lookback.training import progress as progress_module
+from lookback.training.checkpoint import RunDir, load_checkpoint
+from lookback.training.distributed import Ranks
+from lookback.training.progress import Progress, progress_line, stop_reason, stop_signals
+from lookback.training.train import Trainer
 
 from .helpers import tiny_train_config
 
@@ -162,7 +162,7 @@ def test_without_a_terminal_training_logs_progress_lines_instead_of_a_bar(
     monkeypatch.setattr(sys, "stderr", stderr)  # where tqdm draws its bar, if on a terminal
     monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)  # every log line, not every minute
     raw = tiny_train_config(tmp_path, train={"max_steps": 4, "valid_every": 4, "log_every": 2})
-    with caplog.at_level("INFO", logger="lookback.train"):
+    with caplog.at_level("INFO", logger="lookback.training.train"):
         Trainer(from_dict(raw)).train()
     lines = [r.message for r in caplog.records if r.message.startswith("step ")]
     if terminal:

@@ -5,10 +5,10 @@ import itertools
 import pytest
 import torch
 
-from lookback.batch import collate
 from lookback.config import ConfigError, from_dict
-from lookback.search import greedy
-from lookback.tokenizer import BOS
+from lookback.data.batch import collate
+from lookback.data.tokenizer import BOS
+from lookback.decoding.search import greedy
 
 from .helpers import tiny_model
 
@@ -216,7 +216,7 @@ def test_the_decoder_returns_every_quantity_of_the_step():
 
 
 def test_word_dropout_zeroes_whole_words_in_training_only():
-    from lookback.encoder import drop_words
+    from lookback.model.encoder import drop_words
 
     x = torch.ones(4, 50, 3)  # (B, T, E)
     torch.manual_seed(0)

@@ -17,12 +17,12 @@ import pytest
 import torch
 import yaml
 
-from lookback import checkpoint as checkpoint_module
-from lookback.checkpoint import RunDirError, load_checkpoint
 from lookback.cli import main
 from lookback.config import from_dict
-from lookback.model import Seq2Seq
-from lookback.train import Trainer
+from lookback.model.seq2seq import Seq2Seq
+from lookback.training import checkpoint as checkpoint_module
+from lookback.training.checkpoint import RunDirError, load_checkpoint
+from lookback.training.train import Trainer
 
 from .helpers import tiny_train_config
 

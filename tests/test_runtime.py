@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from lookback.config import from_dict
-from lookback.export import export
-from lookback.runtime import TOP, RNNInOps, export_onnx, fast_model, onnx_model, quantize_torch
-from lookback.search import beam_search, greedy, top_tokens
-from lookback.train import train
+from lookback.decoding.search import beam_search, greedy, top_tokens
+from lookback.runtime.export import export
+from lookback.runtime.fast import TOP, RNNInOps, export_onnx, fast_model, onnx_model, quantize_torch
+from lookback.training.train import train
 from lookback.translator import Translator
 
 from .helpers import tiny_model, tiny_train_config, toy_pairs, train_tiny
@@ -291,7 +291,8 @@ def test_onnx_int8_weights_have_a_scale_per_column_and_7_or_8_bits(tmp_path, suf
 
 @pytest.mark.parametrize("vnni", [False, True])
 def test_the_8_bit_graphs_run_only_on_a_cpu_with_vnni(tmp_path, monkeypatch, vnni):
-    from lookback import device, runtime
+    from lookback import device
+    from lookback.runtime import fast as runtime
 
     export_onnx(tiny_model(vocab=30, seed=0), tmp_path)
     monkeypatch.setattr(device, "vnni", lambda: vnni)

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from lookback.batch import collate
 from lookback.config import ConfigError, from_dict
-from lookback.sampling import mixed_inputs, sampled_forward, truth_probability
-from lookback.tokenizer import PAD
+from lookback.data.batch import collate
+from lookback.data.tokenizer import PAD
+from lookback.model.sampling import mixed_inputs, sampled_forward, truth_probability
 
 from .helpers import tiny_model, tiny_train_config
 from .test_model import PAIRS
@@ -113,7 +113,7 @@ def test_the_loss_with_sampling_trains_and_reaches_the_encoder():
 
 @pytest.mark.parametrize("stepwise", [False, True])
 def test_training_logs_eps_as_it_falls(tmp_path, stepwise):
-    from lookback.train import train
+    from lookback.training.train import train
 
     raw = tiny_train_config(
         tmp_path,

@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from lookback import train as train_module
 from lookback.config import ConfigError, TrainConfig, from_dict
 from lookback.errors import CheckpointError
-from lookback.schedule import lr_at
-from lookback.train import Trainer
+from lookback.training import train as train_module
+from lookback.training.schedule import lr_at
+from lookback.training.train import Trainer
 
 from .helpers import tiny_train_config
 

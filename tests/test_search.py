@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from lookback.batch import pad
-from lookback.search import BLOCK, beam_search, beam_step, greedy, lp, max_lengths, top_k, top_tokens
-from lookback.tokenizer import BOS, EOS
+from lookback.data.batch import pad
+from lookback.data.tokenizer import BOS, EOS
+from lookback.decoding.search import BLOCK, beam_search, beam_step, greedy, lp, max_lengths, top_k, top_tokens
 
 from .helpers import tiny_model
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from lookback.batch import pad
 from lookback.config import from_dict
-from lookback.search import beam_search, greedy, lp
-from lookback.synth import synth_corpus
-from lookback.tokenizer import EOS
-from lookback.train import Trainer
+from lookback.data.batch import pad
+from lookback.data.synth import synth_corpus
+from lookback.data.tokenizer import EOS
+from lookback.decoding.search import beam_search, greedy, lp
+from lookback.training.train import Trainer
 
 pytestmark = pytest.mark.slow
 

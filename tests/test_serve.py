@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from lookback.serve import MAX_BODY, create_app
+from lookback.serve.app import MAX_BODY, create_app
 from lookback.translator import Translator
 
 from .helpers import train_tiny

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from lookback.cli import main
-from lookback.significance import is_difference, paired_test
+from lookback.decoding.significance import is_difference, paired_test
 
 REFS = [
     "a dog runs in the snow .",

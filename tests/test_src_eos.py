@@ -8,13 +8,13 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from lookback.alignment import merge_words
-from lookback.batch import encode_corpus
 from lookback.config import from_dict
-from lookback.explain import trace
-from lookback.serve import create_app
-from lookback.tokenizer import EOS, WordTokenizer
-from lookback.train import Trainer, train
+from lookback.data.batch import encode_corpus
+from lookback.data.tokenizer import EOS, WordTokenizer
+from lookback.explain.alignment import merge_words
+from lookback.explain.trace import trace
+from lookback.serve.app import create_app
+from lookback.training.train import Trainer, train
 from lookback.translator import Translator
 
 from .helpers import tiny_train_config

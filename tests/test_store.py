@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookback.batch import UpdatePlan, encode_corpus, token_batches
-from lookback.checkpoint import load_checkpoint
 from lookback.config import from_dict
-from lookback.data import DataError, iter_parallel, read_parallel, sample_pairs
-from lookback.store import TokenStore, build_store
-from lookback.tokenizer import WordTokenizer
-from lookback.train import Trainer
+from lookback.data.batch import UpdatePlan, encode_corpus, token_batches
+from lookback.data.read import DataError, iter_parallel, read_parallel, sample_pairs
+from lookback.data.store import TokenStore, build_store
+from lookback.data.tokenizer import WordTokenizer
+from lookback.training.checkpoint import load_checkpoint
+from lookback.training.train import Trainer
 
 from .helpers import tiny_train_config, toy_pairs, write_corpus
 

@@ -7,11 +7,11 @@ import json
 import pytest
 import yaml
 
-from lookback import study as study_module
 from lookback.cli import main
 from lookback.config import ConfigError, from_dict
-from lookback.model import count_parameters
-from lookback.study import _make_synth, compression_rows, load_study
+from lookback.model.seq2seq import count_parameters
+from lookback.study import run as study_module
+from lookback.study.run import _make_synth, compression_rows, load_study
 from lookback.translator import Translator
 
 from .helpers import WORDS, tiny_train_config, write_corpus
@@ -315,7 +315,7 @@ def test_a_study_writes_its_synthetic_corpus_when_missing(tmp_path, study_file):
 def test_the_gain_of_attention_is_over_the_fixed_context_of_its_own_size():
     """A study that varies the fixed context (none64 ... none512) compares each attention model
     with the model without attention whose encoder is its size, not with the first one listed."""
-    from lookback.study import _baseline
+    from lookback.study.run import _baseline
 
     def cfg(**model):
         return from_dict({"model": {"hidden_size": 128, **model}})
@@ -336,7 +336,7 @@ def test_seeds_and_paired_tests_in_a_study(study_file, capsys):
     every model against the models without attention on the first seeds' outputs."""
     import sacrebleu
 
-    from lookback.significance import paired_test
+    from lookback.decoding.significance import paired_test
 
     raw = yaml.safe_load(study_file.read_text())
     raw.update(seeds={"additive": [2]}, beam=[2])

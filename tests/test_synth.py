@@ -12,8 +12,8 @@ import pytest
 
 from lookback.cli import build_parser, main
 from lookback.config import from_dict
-from lookback.data import read_parallel
-from lookback.synth import (
+from lookback.data.read import read_parallel
+from lookback.data.synth import (
     TASKS,
     Language,
     language,
@@ -24,7 +24,7 @@ from lookback.synth import (
     translate,
     write_split,
 )
-from lookback.train import Trainer
+from lookback.training.train import Trainer
 
 
 def test_copy_and_reverse():

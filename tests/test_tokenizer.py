@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from lookback.config import TokenizerConfig
-from lookback.tokenizer import (
+from lookback.data.tokenizer import (
     BOS,
     EOS,
     PAD,

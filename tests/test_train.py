@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from lookback.batch import pad, token_batches
-from lookback.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lookback.config import from_dict
-from lookback.search import beam_search, greedy
-from lookback.tokenizer import EOS
-from lookback.train import Trainer
+from lookback.data.batch import pad, token_batches
+from lookback.data.tokenizer import EOS
+from lookback.decoding.search import beam_search, greedy
+from lookback.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from lookback.training.train import Trainer
 from lookback.translator import Translator
 
 from .helpers import tiny_train_config, toy_pairs

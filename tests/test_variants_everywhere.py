@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from lookback.cli import main
 from lookback.config import from_dict
-from lookback.serve import create_app
+from lookback.serve.app import create_app
 from lookback.translator import Translator
 
 from .helpers import tiny_train_config
@@ -18,7 +18,7 @@ from .helpers import tiny_train_config
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from lookback.train import train
+    from lookback.training.train import train
 
     tmp = tmp_path_factory.mktemp("variants")
     raw = tiny_train_config(

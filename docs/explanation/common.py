@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from lookback.data import read_parallel
+from lookback.data.read import read_parallel
 from lookback.device import cpu_name
-from lookback.study import load_study
+from lookback.study.run import load_study
 
 HERE = Path(__file__).parent
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from common import new_results, parser, study_test_set
 
-from lookback.alignment import align, alignment_error, eflomal_links
-from lookback.attribution import agreement, attribute
-from lookback.data import read_parallel
-from lookback.diagnostics import diagnostics_by_length
-from lookback.faithfulness import faithfulness
+from lookback.data.read import read_parallel
+from lookback.explain.alignment import align, alignment_error, eflomal_links
+from lookback.explain.attribution import agreement, attribute
+from lookback.explain.diagnostics import diagnostics_by_length
+from lookback.explain.faithfulness import faithfulness
 from lookback.translator import Translator
 
 p = parser("results.json")

@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from common import new_results, parser, study_test_set
 
-from lookback.batch import pad
-from lookback.diagnostics import NEAR_UNIFORM, is_parking
-from lookback.faithfulness import Counterfactual, decode, step_effects
+from lookback.data.batch import pad
+from lookback.explain.diagnostics import NEAR_UNIFORM, is_parking
+from lookback.explain.faithfulness import Counterfactual, decode, step_effects
 from lookback.translator import Translator
 
 PEAKED = 0.3

@@ -22,7 +22,16 @@ with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
 url = f"http://127.0.0.1:{port}/"
-cmd = [sys.executable, "-m", "lookback", "serve", f"none={none_run}", f"additive={attn_run}", "--port", str(port)]
+cmd = [
+    sys.executable,
+    "-m",
+    "lookback",
+    "serve",
+    f"none={none_run}",
+    f"additive={attn_run}",
+    "--port",
+    str(port),
+]
 server = subprocess.Popen(cmd)
 try:
     for _ in range(300):

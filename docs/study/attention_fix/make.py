@@ -19,8 +19,8 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parents[2]))  # the repository, for lookback and bench
 
 from bench.common import cpu_flags, cpu_model  # noqa: E402
-from lookback.curves import history, read_metrics  # noqa: E402
-from lookback.diagnostics import plot_takeoff  # noqa: E402
+from lookback.explain.curves import history, read_metrics  # noqa: E402
+from lookback.explain.diagnostics import plot_takeoff  # noqa: E402
 
 SHORT = (
     "--set train.schedule=constant --set train.max_steps=600 --set train.valid_every=300 "

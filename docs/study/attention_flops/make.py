@@ -10,9 +10,9 @@ attention_flops.{csv,json,png,svg} and report.md beside this file:
 import json
 from pathlib import Path
 
-from lookback.cost import step_flops
-from lookback.model import build_model
-from lookback.study import _write_flops, load_study
+from lookback.explain.cost import step_flops
+from lookback.model.seq2seq import build_model
+from lookback.study.run import _write_flops, load_study
 
 HERE = Path(__file__).parent
 VOCAB = 8000

@@ -10,8 +10,8 @@ import json
 
 import torch
 
-from lookback.batch import collate
-from lookback.data import read_parallel
+from lookback.data.batch import collate
+from lookback.data.read import read_parallel
 from lookback.translator import Translator
 
 p = argparse.ArgumentParser()

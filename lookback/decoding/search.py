@@ -1,0 +1,309 @@
+"""Decoding word by word: greedy and batched beam search.
+
+Both drive the model's own decoder step over one value, `Beam`, the live
+hypotheses, and return for every output its tokens, its score and its
+attention matrix (one row per output token, one column per source token).
+Beam search with beam 1 is greedy search exactly.
+
+Legend: B batch, K beam, S source length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ..data.tokenizer import BOS, EOS
+from ..model.coverage import coverage_penalty
+from ..model.decoder import DecoderOutput, DecoderState
+from ..model.encoder import EncoderOutput
+from ..model.seq2seq import Seq2Seq
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids, without </s>
+    score: float  # log-probability (with </s>), over the length penalty in beam search
+    logprob: float  # log-probability of tokens + </s>
+    alpha: Tensor | None  # (len(tokens), source length) attention weights; None without attention
+
+
+def rank_score(logprob: float, length: int, alpha: Tensor | None, power: float, beta: float) -> float:
+    """GNMT's s(Y, X) = log P(Y | X) / lp(Y) + cp(X; Y) (Wu et al. 2016, eq. 14) of an output of
+    `length` tokens plus </s>, whose tokens' attention weights are alpha (length, S)."""
+    cp = coverage_penalty(alpha, beta) if alpha is not None else 0.0
+    return logprob / lp(length + 1, power) + cp
+
+
+def max_lengths(src_len: Tensor, max_ratio: float) -> Tensor:
+    """Longest output allowed per sentence, </s> included: ratio x source length + 5."""
+    return (src_len.float() * max_ratio).ceil().long() + 5
+
+
+def lp(length: int, power: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** power, the power often written alpha (Wu et al. 2016, eq. 14)."""
+    return ((5 + length) / 6) ** power
+
+
+def top_tokens(logits: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The n most probable next tokens of each row of logits (R, V): their log P(y_t) (R, n),
+    the tokens (R, n), and log P(</s>) (R, 1). The ONNX decoder graph computes this same
+    function inside the graph (runtime.py), so that its (R, V) logits never leave it.
+
+    Two choices for speed on the CPU, where this runs at every step over (R, V) numbers:
+    log_softmax rather than logsumexp (PyTorch 2.13's CPU logsumexp is about 2x slower than
+    its log_softmax), and `top_k`'s blocks rather than one topk (bench/kernels.py).
+    """
+    logits = logits if logits.dtype == torch.float32 else logits.float()  # (no copy in a graph)
+    logp = torch.log_softmax(logits, dim=-1)  # (R, V)
+    top, tokens = top_k(logp, n)  # (R, n)
+    return top, tokens, logp[:, EOS : EOS + 1]
+
+
+BLOCK = 64  # top_k's block size: the fastest of 16-256 for V = 8,000 (bench/kernels.py)
+
+
+def top_k(x: Tensor, n: int | Tensor) -> tuple[Tensor, Tensor]:
+    """x.topk(n) of each row of x (R, V), in two smaller steps: the n best values of a row lie
+    in the n blocks of BLOCK columns with the largest maxima (a block holding one of them
+    has a maximum at least as large as it), so topk runs on n blocks' columns, not all V.
+    Exact: the same values and, but for ties, the same columns. Where n blocks would cover
+    the row, and on a GPU (whose topk is fast), it is x.topk(n) itself. In the ONNX graph n
+    is a tensor (an input of the graph), and more than all blocks means all of them."""
+    R, V = x.shape
+    m = V // BLOCK * BLOCK  # the columns in whole blocks; the rest (< BLOCK) always join
+    traced = isinstance(n, Tensor)
+    if m == 0 or x.device.type != "cpu" or (not traced and n * BLOCK >= m):
+        return x.topk(n, dim=-1)
+    blocks = (x if m == V else x[:, :m]).view(R, m // BLOCK, BLOCK)  # (no copy of x in a graph)
+    k = n.clamp(max=m // BLOCK) if traced else n  # blocks to look in
+    _, best = blocks.amax(-1).topk(k, dim=-1, sorted=False)  # (R, k) the blocks to look in
+    cols = (best.unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=x.device)).view(R, -1)  # (R, k*BLOCK)
+    if m < V:
+        cols = torch.cat([cols, torch.arange(m, V, device=x.device).expand(R, -1)], 1)
+    top, j = x.gather(1, cols).topk(n, dim=-1)  # (R, n)
+    return top, cols.gather(1, j)
+
+
+def decode_step(
+    decoder: nn.Module, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, n: int
+) -> tuple[DecoderOutput, Tensor, Tensor, Tensor]:
+    """One decoder step on y_prev (R, 1) and `top_tokens` of its logits: (out, log P (R, n),
+    tokens (R, n), log P(</s>) (R, 1)). A decoder with a `forward_top` of its own (ONNX
+    Runtime's) picks the tokens itself."""
+    own = getattr(decoder, "forward_top", None)
+    if own is not None:
+        return own(y_prev, enc, state, n)
+    out = decoder(y_prev, enc, state)
+    return (out, *top_tokens(out.logits[:, -1], n))
+
+
+def only_eos_at_limit(logp: Tensor, tokens: Tensor, eos: Tensor, at_limit: Tensor) -> tuple[Tensor, Tensor]:
+    """Rows at their length limit (R,) may only end: </s>, at its own log P `eos` (R, 1), as
+    when a hypothesis ends by itself (fairseq does the same), so that an output cut at the
+    limit does not get its end for free. logp, tokens (R, n) as `top_tokens` gives them."""
+    if not at_limit.any():
+        return logp, tokens
+    only_eos = torch.full_like(logp, float("-inf"))
+    only_eos[:, :1] = eos
+    logp = torch.where(at_limit.unsqueeze(-1), only_eos, logp)
+    return logp, tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
+
+
+class Beam(NamedTuple):
+    """The live hypotheses of the sentences still searched: A sentences, k rows each.
+
+    Two index spaces: the source is kept once per sentence (A), everything
+    else once per row (A*k, the k rows of a sentence together); `select`
+    moves both at once.
+    """
+
+    sent: Tensor  # (A,) which sentence of the batch
+    limit: Tensor  # (A,) longest output allowed, </s> included
+    enc: EncoderOutput  # (A, ...) the source
+    scores: Tensor  # (A, k) log-probabilities of the live hypotheses
+    tokens: Tensor  # (A*k, 1 + t) <s> and the t tokens so far
+    alpha: Tensor | None  # (A*k, t, S) their attention weights; None without attention
+    state: DecoderState  # (A*k, ...) after the last token
+
+    @classmethod
+    def start(cls, model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float) -> Beam:
+        """One live hypothesis, <s>, per sentence of src (B, S)."""
+        B, device = src.size(0), src.device
+        enc = model.encode(src, src_len)
+        return cls(
+            sent=torch.arange(B, device=device),
+            limit=max_lengths(src_len, max_ratio),
+            enc=enc,
+            scores=torch.zeros(B, 1, device=device),
+            tokens=torch.full((B, 1), BOS, dtype=torch.long, device=device),
+            alpha=None if model.decoder.score is None else torch.zeros(B, 0, src.size(1), device=device),
+            state=model.decoder.init_state(enc),
+        )
+
+    def finish(
+        self, row: int, logprob: float, src_len: Tensor, power: float | None, beta: float = 0.0
+    ) -> Hypothesis:
+        """Row `row` ended with </s>, at log-probability `logprob`; scored over lp(length) ** power
+        plus the coverage penalty cp with weight beta (power None: the plain log-probability, as
+        greedy reports it)."""
+        seq, S = self.tokens[row, 1:].tolist(), int(src_len[self.sent[row // self.scores.size(1)]])
+        alpha = None if self.alpha is None else self.alpha[row, : len(seq), :S].cpu()
+        score = logprob if power is None else rank_score(logprob, len(seq), alpha, power, beta)
+        return Hypothesis(seq, score, logprob, alpha)
+
+    def select(self, keep: Tensor | None, rows: Tensor, y: Tensor, scores: Tensor) -> Beam:
+        """The next step's beam: sentences `keep` (A',) (None: all), each continuing its
+        rows `rows` (A, K) by the tokens y (A, K), with log-probabilities `scores` (A, K)."""
+        if keep is not None:
+            rows, y, scores = rows[keep], y[keep], scores[keep]  # (A', K)
+            self = self._replace(
+                sent=self.sent[keep], limit=self.limit[keep], enc=self.enc.index_select(keep)
+            )
+        rows = rows.view(-1)  # (A'*K,)
+        return self._replace(
+            scores=scores,
+            tokens=torch.cat([self.tokens.index_select(0, rows), y.view(-1, 1)], 1),
+            alpha=None if self.alpha is None else self.alpha.index_select(0, rows),
+            state=self.state.index_select(rows),
+        )
+
+
+@torch.no_grad()
+def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0) -> list[Hypothesis]:
+    """Pick the most probable token at every step until </s>, for a batch src (B, S).
+
+    A sentence that has ended leaves the batch: the decoder only works on
+    the sentences still being translated.
+    """
+    live = Beam.start(model, src, src_len, max_ratio)  # one row per sentence still going
+    hyps: list[Hypothesis | None] = [None] * src.size(0)
+    for t in range(int(live.limit.max())):
+        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, 1)
+        logp, y = only_eos_at_limit(*top, t + 1 >= live.limit)  # (A, 1) the best token, its log P
+        scores = live.scores + logp
+        live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
+        ended = y[:, 0] == EOS
+        for a in ended.nonzero()[:, 0].tolist():
+            hyps[int(live.sent[a])] = live.finish(a, float(scores[a, 0]), src_len, None)
+        if ended.all():
+            break
+        keep = (~ended).nonzero().squeeze(1) if ended.any() else None  # (A',)
+        live = live.select(keep, torch.arange(len(y), device=y.device).unsqueeze(1), y, scores)
+    return hyps
+
+
+def _extend(alpha: Tensor | None, step: Tensor | None) -> Tensor | None:
+    """The attention weights so far (R, t, S) and this step's (R, 1, S), in float32."""
+    return None if alpha is None else torch.cat([alpha, step[:, -1:].float()], 1)
+
+
+def beam_step(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The pure step of beam search: extend every hypothesis by every token, keep the n best.
+
+    Args:
+        scores: (B, K) log-probabilities of the live hypotheses (-inf for empty slots).
+        logp: (B, K, V) log-probabilities of each next token (or of each beam's V best).
+        n: candidates kept per sentence, usually 2K (in case half of them end with </s>).
+
+    Returns:
+        (B, n) candidate scores, the beam each extends, and the token it adds.
+    """
+    B, K, V = logp.shape
+    total = (scores.unsqueeze(-1) + logp).view(B, K * V)
+    top, idx = total.topk(min(n, K * V), dim=-1)
+    return top, idx // V, idx % V
+
+
+@torch.no_grad()
+def beam_search(
+    model: Seq2Seq,
+    src: Tensor,
+    src_len: Tensor,
+    beam: int = 5,
+    nbest: int = 1,
+    length_penalty: float = 1.0,
+    max_ratio: float = 2.0,
+    coverage_penalty: float = 0.0,
+    at_least_greedy: bool = False,
+) -> list[list[Hypothesis]]:
+    """Keep the `beam` best partial outputs of each sentence at every step; return its `nbest`
+    best finished ones, scored by log-probability over lp(length) ** `length_penalty`, plus
+    GNMT's coverage penalty with weight `coverage_penalty` (coverage.py; 0: none).
+
+    `at_least_greedy` (the Translator's choice): never return less than greedy search under
+    the search's own objective, which a beam can, by pruning the path greedy takes. Greedy's
+    path is followed inside the beam (row `g` of each sentence, continued by its best token);
+    its end joins the finished hypotheses wherever it ranks, and only the sentences whose
+    beam dropped the path run greedy search afterwards, for their finished ones. A sentence
+    that stops while the path is live needs nothing: the stop rule bounds the path too.
+
+    A sentence is done when no live hypothesis can beat its nbest-th finished one: with
+    log-probability L, none can score above L / lp(limit), as log-probabilities only fall,
+    lp grows and cp is never above 0 (docs/search.md: the rule beside Joey NMT's,
+    OpenNMT-py's and Hugging Face's). A done sentence leaves the batch; the K rows of a
+    sentence share one copy of its source, and the first step runs one row per sentence (all
+    start from <s>).
+    """
+    B, K, device, order = src.size(0), beam, src.device, itertools.count()
+    live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
+    finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first
+    g = torch.full((B,), 0 if at_least_greedy else -1, device=device)  # (A,) greedy's row; -1: none
+    dropped: list[int] = []  # sentences whose beam dropped greedy's path
+    n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
+    for t in range(int(live.limit.max())):
+        A, k = live.scores.shape
+        # only a row's 2K best tokens can be among the sentence's 2K best candidates
+        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, n)
+        logp, tokens = only_eos_at_limit(*top, (t + 1 >= live.limit).repeat_interleave(k))  # (A*k, n)
+        cand_scores, cand_beams, cand_j = beam_step(live.scores, logp.view(A, k, n), 2 * K)  # (A, <= 2K)
+        cand_tokens = tokens.view(A, k * n).gather(1, cand_beams * n + cand_j)
+        cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend
+        live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
+
+        # greedy's path goes on by its row's best token (j = 0), if among the 2K candidates
+        greedy_next = (cand_beams == g.unsqueeze(1)) & (cand_j == 0)  # (A, 2K), one True or none
+
+        # 1) candidates ending with </s> within the top K become finished hypotheses (and
+        # greedy's end, wherever it ranks)
+        ends = (cand_tokens == EOS) & torch.isfinite(cand_scores)  # (A, 2K)
+        ends &= (torch.arange(ends.size(1), device=device) < K) | greedy_next
+        for a, j in ends.nonzero().tolist():
+            row, logprob = int(cand_rows[a, j]), float(cand_scores[a, j])
+            hyp = live.finish(row, logprob, src_len, length_penalty, coverage_penalty)
+            heap = finished[int(live.sent[a])]
+            heapq.heappush(heap, (hyp.score, -next(order), hyp))  # ties: the first found ranks first
+            if len(heap) > K:
+                heapq.heappop(heap)  # the worst of K + 1
+
+        # 2) the K best candidates that do not end become the live hypotheses
+        going_on = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
+        scores, pick = going_on.topk(min(K, going_on.size(1)), dim=-1)  # (A, K); -inf: an empty slot
+        rows, y = cand_rows.gather(1, pick), cand_tokens.gather(1, pick)  # (A, K)
+        kept_on = greedy_next.gather(1, pick) & torch.isfinite(scores)  # (A, K) greedy's path, if kept
+        # greedy's path neither ended in (1) nor goes on in (2): dropped
+        dropped += live.sent[(g >= 0) & ~(greedy_next & ends).any(1) & ~kept_on.any(1)].tolist()
+        g = torch.where(kept_on.any(1), kept_on.float().argmax(1), -1)  # (A,) its row in the next beam
+
+        # 3) sentences that are done leave the batch: no live hypothesis can beat the finished
+        bound = scores[:, 0] / ((5 + live.limit) / 6) ** length_penalty  # (A,) lp(limit) of the best live
+        need, heaps = min(nbest, K), [finished[b] for b in live.sent.tolist()]
+        kept = [heapq.nlargest(need, h)[-1][0] if len(h) >= need else None for h in heaps]  # nbest-th best
+        done = [k is not None and k >= x for k, x in zip(kept, bound.tolist(), strict=True)]
+        done = torch.tensor(done, device=device) | (t + 1 >= live.limit)
+        if done.all():
+            break
+        keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
+        live = live.select(keep, rows, y, scores)
+        g = g if keep is None else g[keep]
+    if dropped:  # greedy's own outputs for the sentences whose beam dropped its path
+        idx = torch.tensor(dropped, device=device)
+        for b, h in zip(dropped, greedy(model, src[idx], src_len[idx], max_ratio), strict=True):
+            score = rank_score(h.logprob, len(h.tokens), h.alpha, length_penalty, coverage_penalty)
+            heapq.heappush(finished[b], (score, 1, Hypothesis(h.tokens, score, h.logprob, h.alpha)))
+    return [[h for _, _, h in heapq.nlargest(nbest, f)] for f in finished]

@@ -1,0 +1,296 @@
+"""The decoder: generates the target one token at a time from the source's states.
+
+One decoder step, in the notes' names (Appendix A and B):
+
+    s_0   = tanh(W_b c)                                  bridge from the fixed context c
+    s_t   = RNN_dec([y_{t-1}; ...], s_{t-1})             the RNN input holds, by config,
+              attention none:          the fixed context c (every step, Appendix A)
+              attend_from: previous:   c_t = attend(score(s_{t-1}, h)), as in Bahdanau and
+                                       the notes' h_i^d = g(y_{i-1}, h_{i-1}^d, c_i)
+              input_feeding:           the previous attentional vector ~s_{t-1} (Luong 3.3)
+    c_t   = attend(score(s_t, h))                        attend_from: current (Luong)
+    ~s_t  = tanh(W_c [s_t; c_t])                         attentional vector (Luong eq. 5), or with
+          = maxout(U_o q_t + V_o y_{t-1} + C_o c_t)      readout: bahdanau (Bahdanau A.2.2), q_t the
+                                                         query: s_{t-1} (previous) or s_t;
+                                                         model.layer_norm: LN(W_c [s_t; c_t]) inside
+                                                         the tanh, LN(...) inside the maxout
+    P(y_t | y_<t, x) = softmax(W_o ~s_t)                 output distribution (Appendix A.2)
+
+Attention looks at all of h, or with `model.window` at a window of it
+(local.py); with `model.coverage` the score also reads the running sum of
+past weights, which the state carries from step to step.
+
+When the RNN does not read what attention computed (attend_from current, no
+input feeding) teacher forcing runs it over the whole target in one call and
+attends with one batched matrix product; with coverage, whose scores read the
+weights of the steps before, only attention then loops over the steps, the RNN
+and the readout still run once. Otherwise the decoder steps, as search does
+(`stepwise=True` forces that: the reference the fast paths are tested against).
+
+Legend: B batch, T target steps, S source length, E embedding size,
+D decoder state size, He encoder state size, L layers, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..data.tokenizer import PAD
+from . import local
+from .attention import attend, build_score
+from .encoder import RNNS, EncoderOutput, drop_words
+
+
+class DecoderState(NamedTuple):
+    """What one step hands the next: small, explicit, reordered for the beam in one place."""
+
+    hidden: Tensor | tuple[Tensor, Tensor]  # (L, B, D) s_{t-1}; LSTM: (s, memory cell)
+    feed: Tensor  # (B, D) the previous attentional vector ~s_{t-1} (zeros at the start)
+    step: int = 0  # t: output tokens made so far (local_m's window centre)
+    coverage: Tensor | None = None  # (B, S) sum of the alphas so far; None without model.coverage
+
+    def index_select(self, idx: Tensor) -> DecoderState:
+        if isinstance(self.hidden, tuple):
+            hidden = tuple(x.index_select(1, idx) for x in self.hidden)
+        else:
+            hidden = self.hidden.index_select(1, idx)
+        coverage = None if self.coverage is None else self.coverage.index_select(0, idx)
+        return DecoderState(hidden, self.feed.index_select(0, idx), self.step, coverage)
+
+    def top(self) -> Tensor:
+        """s_{t-1} of the top layer, (B, D): the query when attending from the previous state."""
+        hidden = self.hidden[0] if isinstance(self.hidden, tuple) else self.hidden
+        return hidden[-1]
+
+
+class DecoderOutput(NamedTuple):
+    """What T decoder steps computed, in the notes' names; each (B, T, ...) along the steps."""
+
+    s: Tensor  # (B, T, D) decoder states s_t of the top layer
+    e: Tensor | None  # (B, T, S) scores e_t before the mask (padding columns mean nothing)
+    alpha: Tensor | None  # (B, T, S) attention weights; e and alpha are None without attention
+    c: Tensor  # (B, T, He) contexts c_t (the fixed c, at every step, without attention)
+    s_tilde: Tensor  # (B, T, D) attentional vectors ~s_t
+    logits: Tensor | None  # (B, T, V) unnormalised log P(y_t); None when not projected
+    state: DecoderState  # after the last step
+
+    @staticmethod
+    def cat(steps: list[DecoderOutput]) -> DecoderOutput:
+        """One output from consecutive steps: every field joined along T, the last state."""
+        fields = zip(*(o[:-1] for o in steps), strict=True)  # each field, step by step
+        return DecoderOutput(*(None if xs[0] is None else torch.cat(xs, 1) for xs in fields), steps[-1].state)
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab_size: int, enc_size: int, cfg: ModelConfig):
+        super().__init__()
+        D = cfg.dec_hidden_size
+        self.attention = cfg.attention
+        self.normalizer = cfg.normalizer  # step (2): softmax, sparsemax or entmax15
+        self.hard_attention = 0  # at inference, keep each step's k largest weights (Translator sets it)
+        self.intervention = None  # at inference, alpha, mask -> another alpha (faithfulness.py sets it)
+        self.attend_from = cfg.attend_from
+        self.input_feeding = cfg.input_feeding
+        self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
+        self.bridge = nn.Linear(enc_size, D)  # W_b
+        self.heads = cfg.heads
+        self.score = (
+            None
+            if cfg.attention == "none"
+            else build_score(cfg.attention, D, enc_size, cfg.attention_size, cfg.heads, cfg.coverage)
+        )
+        local_window = self.score is not None and cfg.window != "global"
+        self.window = local.LocalWindow(cfg.window, cfg.window_size, D) if local_window else None
+        self.coverage = cfg.coverage and self.score is not None
+        feeds_context = cfg.attention == "none" or cfg.attend_from == "previous"  # fixed c, or c_t of s_{t-1}
+        rnn_in = cfg.emb_size + (enc_size if feeds_context else 0) + (D if cfg.input_feeding else 0)
+        layers = dict(
+            num_layers=cfg.dec_layers, batch_first=True, dropout=cfg.dropout if cfg.dec_layers > 1 else 0
+        )
+        self.rnn = RNNS[cfg.cell](rnn_in, D, **layers)  # dropout between layers, none after the last
+        self.readout = cfg.readout
+        if cfg.readout == "luong":
+            self.combine = nn.Linear(D + enc_size, D, bias=False)  # W_c
+        else:  # U_o, V_o, C_o side by side; 2 pieces per maxout unit
+            self.maxout = nn.Linear(D + cfg.emb_size + enc_size, 2 * D)
+        readout_size = D if cfg.readout == "luong" else 2 * D
+        self.norm = nn.LayerNorm(readout_size) if cfg.layer_norm else nn.Identity()  # model.layer_norm
+        if cfg.attention_init == "bahdanau":
+            self.score.init_bahdanau()
+        self.out = nn.Linear(D, vocab_size)  # W_o
+        if cfg.tie_embeddings:
+            self.out.weight = self.embed.weight
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.word_dropout = cfg.word_dropout
+        self.num_layers = cfg.dec_layers
+        self.is_lstm = cfg.cell == "lstm"
+
+    @property
+    def parallel(self) -> bool:
+        """Whether teacher forcing can run all T steps in one RNN call: the RNN reads neither c_t
+        nor ~s_{t-1} (coverage is fine: only attention then steps, in `_attend`)."""
+        return not self.input_feeding and (self.attention == "none" or self.attend_from == "current")
+
+    def attention_parameters(self) -> list[nn.Parameter]:
+        """The attention's own parameters: the score's and a local window's (none for dot)."""
+        return [p for part in (self.score, self.window) if part is not None for p in part.parameters()]
+
+    def prepare(self, enc: EncoderOutput) -> EncoderOutput:
+        """Add the attention keys (e.g. U h), computed once per sentence."""
+        return enc if self.score is None else enc._replace(keys=self.score.keys(enc.h))
+
+    def init_state(self, enc: EncoderOutput) -> DecoderState:
+        """s_0 = tanh(W_b c) in every layer; zero LSTM memory; zero attentional vector."""
+        s0 = torch.tanh(self.bridge(enc.c))  # (B, He) -> (B, D)
+        s0 = s0.unsqueeze(0).repeat(self.num_layers, 1, 1).contiguous()  # -> (L, B, D)
+        hidden = (s0, torch.zeros_like(s0)) if self.is_lstm else s0
+        coverage = enc.h.new_zeros(enc.h.shape[:2], dtype=torch.float) if self.coverage else None  # (B, S)
+        return DecoderState(hidden, torch.zeros_like(s0[0]), 0, coverage)
+
+    def context(
+        self, s: Tensor, enc: EncoderOutput, step: int = 0, coverage: Tensor | None = None
+    ) -> tuple[Tensor | None, Tensor | None, Tensor]:
+        """e_t, alpha_t and c_t for queries s (R, T, D) at output steps step .. step + T - 1;
+        without attention None, None and the fixed c. `coverage` (R, S): past weights (T = 1).
+
+        R is the batch, or in beam search K rows per sentence of enc, kept
+        together: the source is then stored once per sentence, and the
+        K beams of a sentence attend to it as K x T queries.
+        """
+        R, T, _ = s.shape
+        B, S = enc.h.shape[:2]
+        if self.score is None:
+            c = enc.c if R == B else enc.c.repeat_interleave(R // B, 0)  # (R, He)
+            return None, None, c.unsqueeze(1).expand(-1, T, -1)  # (R, T, He)
+        Q = R // B * T  # queries per sentence: K beams x T steps
+        q = s.reshape(B, Q, -1)  # (R, T, D) -> (B, Q, D)
+        cov = None if coverage is None else coverage.view(B, Q, S)  # coverage steps: T = 1
+        top_k = 0 if self.training else self.hard_attention
+        change = None if self.training else self.intervention
+        if self.window is None:
+            e = self._score(q, enc.keys, cov)  # (1) (B, Q, S); H heads: (B, H*Q, S)
+            c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k, transform=change)  # (2), (3)
+            e, alpha, c = self._merge_heads(e, alpha, c, B)  # (B, Q, S), (B, Q, S), (B, Q, He)
+        else:
+            steps = (step + torch.arange(T, device=s.device)).repeat(R // B).expand(B, Q)  # (B, Q)
+            e, alpha, c = self._attend_window(q, enc, steps, cov, top_k, change)
+        if e.shape == (R, T, S):  # the very tensors attend used, not views: diagnostics.probe takes dJ/de
+            return e, alpha, c
+        return e.view(R, T, S), alpha.view(R, T, S), c.view(R, T, -1)
+
+    def _score(self, q: Tensor, keys: Tensor, cov: Tensor | None) -> Tensor:
+        """(1) e for queries q (B, Q, D) against keys (B, S, *); with coverage (B, Q, S)."""
+        return self.score(q, keys) if cov is None else self.score(q, keys, cov)
+
+    def _merge_heads(self, e: Tensor, alpha: Tensor, c: Tensor, B: int) -> tuple[Tensor, Tensor, Tensor]:
+        """H heads' (B, H*Q, ...) -> one context from theirs, their mean scores and weights to show."""
+        if self.heads == 1:
+            return e, alpha, c
+        c = self.score.merge(c)  # (B, Q, He)
+        e, alpha = (x.view(B, self.heads, -1, x.size(-1)).mean(1) for x in (e, alpha))
+        return e, alpha, c
+
+    def _attend_window(
+        self,
+        q: Tensor,
+        enc: EncoderOutput,
+        steps: Tensor,
+        cov: Tensor | None,
+        top_k: int,
+        change: Callable[[Tensor, Tensor], Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Local attention (local.py): each of the B x Q queries (B, Q, D) scores only its window
+        of W = 2D + 1 states, as a batch of its own; the weights come back as full rows (B, Q, S)."""
+        (B, Q, _), S = q.shape, enc.h.size(1)
+        lengths = enc.src_mask.sum(1)  # (B,) real source lengths
+        p = self.window.centre(q, steps, lengths)  # (B, Q) p_t
+        idx, inside = self.window.window(p, lengths)  # (B, Q, W)
+        N, W = B * Q, idx.size(-1)
+        keys = local.gather(enc.keys, idx).reshape(N, W, -1)  # (N, W, *)
+        h = local.gather(enc.h, idx).reshape(N, W, -1)  # (N, W, He)
+        cov = None if cov is None else cov.gather(2, idx.clamp(0, S - 1)).reshape(N, 1, W)
+        prior = self.window.prior(p, idx)  # (B, Q, W) log Gaussian, local_p
+        prior = None if prior is None else prior.reshape(N, 1, W)
+        e = self._score(q.reshape(N, 1, -1), keys, cov)  # (1) (N, 1, W); H heads: (N, H, W)
+        c, alpha = attend(e, h, inside.reshape(N, W), self.normalizer, top_k, prior, change)  # (2), (3)
+        e, alpha, c = self._merge_heads(e, alpha, c, N)  # (N, 1, W), (N, 1, W), (N, 1, He)
+        e = local.scatter(e.float().view(B, Q, W), idx, inside, S, float("-inf"))  # (B, Q, S)
+        alpha = local.scatter(alpha.view(B, Q, W), idx, inside, S, 0.0)  # (B, Q, S), 0 outside
+        return e, alpha, c.view(B, Q, -1)
+
+    def _attend(
+        self, s: Tensor, enc: EncoderOutput, step: int, coverage: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """e, alpha and c for the states s (B, T, D) of steps step .. step + T - 1, and the coverage
+        after them. Without coverage the T steps attend at once; with it each step's scores read
+        the weights of the steps before, so attention, and only attention, loops over them."""
+        if coverage is None:
+            return *self.context(s, enc, step), None
+        steps = []
+        for t in range(s.size(1)):
+            steps.append(self.context(s[:, t : t + 1], enc, step + t, coverage))  # each (B, 1, ...)
+            coverage = coverage + steps[-1][1][:, 0]  # + alpha_t: (B, S)
+        if len(steps) == 1:  # search's one step: its very tensors (diagnostics.probe takes dJ/de)
+            return *steps[0], coverage
+        e, alpha, c = (torch.cat(x, 1) for x in zip(*steps, strict=True))  # (B, T, S), (B, T, S), (B, T, He)
+        return e, alpha, c, coverage
+
+    def forward(
+        self,
+        y_prev: Tensor,
+        enc: EncoderOutput,
+        state: DecoderState,
+        project: bool = True,
+        stepwise: bool = False,
+    ) -> DecoderOutput:
+        """Run T steps on the previous tokens y_prev (B, T): the whole target in teacher
+        forcing, one token at a time in search. `project=False` leaves out the logits
+        (the loss projects only the real target tokens); `stepwise` runs one step at a time
+        even where the decoder could run all at once (the same numbers, slower)."""
+        if (self.parallel and not stepwise) or y_prev.size(1) == 1:
+            out = self._steps(y_prev, enc, state)
+        else:
+            steps = []
+            for t in range(y_prev.size(1)):
+                steps.append(self._steps(y_prev[:, t : t + 1], enc, state))
+                state = steps[-1].state
+            out = DecoderOutput.cat(steps)
+        return out._replace(logits=self.project(out.s_tilde)) if project else out
+
+    def project(self, s_tilde: Tensor) -> Tensor:
+        """5) the logits of P(y_t) = softmax(W_o ~s_t): (..., D) -> (..., V)."""
+        return self.out(self.dropout(s_tilde))
+
+    def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
+        """T decoder steps with one RNN call, without logits; T must be 1 unless `self.parallel`."""
+        x = self.dropout(drop_words(self.embed(y_prev), self.word_dropout, self.training))  # (B, T, E)
+        inputs, c, query = [x], None, None
+        if self.score is None:  # 1) the fixed context c, at every step
+            e, alpha, c = self.context(x, enc)
+            inputs.append(c)
+        elif self.attend_from == "previous":  # 1) c_t from s_{t-1}, before the step
+            query = state.top().unsqueeze(1)  # (B, 1, D)
+            e, alpha, c = self.context(query, enc, state.step, state.coverage)  # (B, 1, He)
+            inputs.append(c.to(x.dtype))
+        if self.input_feeding:
+            inputs.append(state.feed.unsqueeze(1))  # (B, 1, D)
+        s, hidden = self.rnn(torch.cat(inputs, -1), state.hidden)  # 2) (B, T, D)
+        coverage = state.coverage
+        if c is None:  # 3) attend from the new state s_t
+            e, alpha, c, coverage = self._attend(s, enc, state.step, coverage)
+        elif coverage is not None:  # attended from s_{t-1} above, T = 1
+            coverage = coverage + alpha[:, -1]  # (B, S)
+        query = s if query is None else query
+        if self.readout == "luong":  # 4) ~s_t (B, T, D)
+            s_tilde = torch.tanh(self.norm(self.combine(torch.cat([s, c.to(s.dtype)], -1))))
+        else:  # maxout over pairs of units of U_o q_t + V_o y_{t-1} + C_o c_t
+            pieces = self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))  # (B, T, 2D)
+            pieces = self.norm(pieces)
+            s_tilde = pieces.view(*pieces.shape[:-1], -1, 2).amax(-1)  # (B, T, D)
+        next_state = DecoderState(hidden, s_tilde[:, -1], state.step + y_prev.size(1), coverage)
+        return DecoderOutput(s, e, alpha, c, s_tilde, None, next_state)

@@ -1,0 +1,84 @@
+"""The encoder: embeddings, then an RNN that reads the source into states h_i.
+
+Notes, Appendix A:  x_i = Embed(w_i);  h_i = RNN_enc(x_i, h_{i-1}).
+A bidirectional encoder reads both ways and concatenates: h_i = [fwd_i; bwd_i].
+With `model.layer_norm` each h_i is then layer-normalised (Ba et al. 2016),
+so the scores and contexts read states of one scale (a `final` fixed
+context c stays the RNN's last state; a `mean` one averages the normalised h).
+
+Legend: B batch, S source length, E embedding size, H hidden size per
+direction, He = H x directions, L layers.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..config import ModelConfig
+from ..data.tokenizer import PAD
+
+RNNS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class EncoderOutput(NamedTuple):
+    """All the decoder needs of the source; it travels through search unchanged."""
+
+    h: Tensor  # (B, S, He) encoder states h_i
+    src_mask: Tensor  # (B, S) bool, True at real tokens
+    c: Tensor  # (B, He) the fixed-size context: final state or mean of h (model.context)
+    keys: Tensor | None = None  # (B, S, *) attention keys, precomputed once (e.g. U h)
+
+    def index_select(self, idx: Tensor) -> EncoderOutput:
+        """Pick (or repeat) sentences along the batch, e.g. to give each beam a copy."""
+        return EncoderOutput(*(t.index_select(0, idx) if t is not None else None for t in self))
+
+
+def drop_words(x: Tensor, p: float, training: bool) -> Tensor:
+    """Word dropout: zero whole token embeddings of x (B, T, E) with probability p, scaling the
+    rest by 1 / (1 - p) as nn.Dropout does (Gal & Ghahramani 2016; Sennrich & Zhang 2019)."""
+    if not training or not p:
+        return x
+    keep = F.dropout(x.new_ones(x.shape[:-1] + (1,)), p, training=True)  # (B, T, 1): 0 or 1 / (1 - p)
+    return x * keep
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab_size: int, cfg: ModelConfig):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
+        layers = dict(
+            num_layers=cfg.enc_layers, batch_first=True, dropout=cfg.dropout if cfg.enc_layers > 1 else 0
+        )
+        self.rnn = RNNS[cfg.cell](cfg.emb_size, cfg.hidden_size, bidirectional=cfg.bidirectional, **layers)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.word_dropout = cfg.word_dropout
+        self.context = cfg.context
+        self.directions = 2 if cfg.bidirectional else 1
+        self.out_size = cfg.enc_out_size
+        self.norm = nn.LayerNorm(self.out_size) if cfg.layer_norm else nn.Identity()  # model.layer_norm
+
+    def forward(self, src: Tensor, src_len: Tensor, x: Tensor | None = None) -> EncoderOutput:
+        """Read a padded batch src (B, S) whose true lengths are src_len (B,). `x` (B, S, E), when
+        given, stands in for the embeddings of src (attribution.py differentiates through it)."""
+        B, S = src.shape
+        src_mask = src != PAD
+        x = self.embed(src) if x is None else x  # (B, S) -> (B, S, E)
+        x = self.dropout(drop_words(x, self.word_dropout, self.training))
+        # Packing makes each direction start and stop at the sentence's real ends.
+        packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
+        out, last = self.rnn(packed)
+        h, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, He)
+        h = self.norm(h)  # model.layer_norm: each h_i to mean 0, variance 1, then a gain and a bias
+        if isinstance(last, tuple):  # LSTM: (hidden, memory cell)
+            last = last[0]
+        if self.context == "final":
+            # last: (L * dirs, B, H); the top layer's forward end and backward end -> (B, He)
+            top = last.view(-1, self.directions, B, last.size(-1))[-1]
+            c = top.transpose(0, 1).reshape(B, self.out_size)
+        else:  # mean of all real encoder states, as one of the notes suggests
+            c = (h * src_mask.unsqueeze(-1)).sum(1) / src_len.to(h.dtype).unsqueeze(-1)
+        return EncoderOutput(h, src_mask, c)

@@ -1,0 +1,95 @@
+"""The encoder-decoder, trained with teacher forcing and cross-entropy.
+
+Notes, Appendix A.3-4: during training the decoder is fed the true previous
+word y*_{t-1} (teacher forcing) and the loss is J = -sum_t log P(y*_t | y*_<t, x).
+
+Legend: B batch, S source length, T target length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..data.tokenizer import PAD
+from .coverage import coverage_loss
+from .decoder import Decoder, DecoderOutput
+from .encoder import Encoder, EncoderOutput
+from .guided import guided_loss
+from .sampling import mixed_inputs, sampled_forward
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
+        super().__init__()
+        self.encoder = Encoder(src_vocab, cfg)
+        self.decoder = Decoder(tgt_vocab, self.encoder.out_size, cfg)
+
+    def encode(self, src: Tensor, src_len: Tensor) -> EncoderOutput:
+        """Encoder states, fixed context and precomputed attention keys for src (B, S)."""
+        return self.decoder.prepare(self.encoder(src, src_len))
+
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> DecoderOutput:
+        """Teacher forcing: tgt_in (B, T) is <s> y*_1 .. y*_{T-1}; logits are (B, T, V)."""
+        enc = self.encode(src, src_len)
+        return self.decoder(tgt_in, enc, self.decoder.init_state(enc))
+
+    def loss(
+        self,
+        src: Tensor,
+        src_len: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        label_smoothing: float = 0.0,
+        guide: float = 0.0,
+        coverage: float = 0.0,
+        teacher_forcing: float = 1.0,
+        stepwise: bool = False,
+    ) -> Tensor:
+        """Summed cross-entropy J over the real target tokens of tgt_out (B, T), plus, when the
+        model attends, `guide` times the guided-alignment loss (guided.py) and `coverage` times
+        the coverage loss (coverage.py).
+
+        `teacher_forcing` < 1 feeds the true previous token with that probability, else the
+        model's own (scheduled sampling, sampling.py: in two passes, or with `stepwise` one
+        step at a time). `stepwise` runs the decoder one step at a time, as search does, even
+        where it could run the whole target at once: the same loss, slower. Only the real
+        tokens reach the output layer: W_o and the softmax over V are most of the cost, and a
+        batch of sentences is often half padding.
+        """
+        enc = self.encode(src, src_len)
+        state = self.decoder.init_state(enc)
+        real = tgt_out != PAD  # (B, T)
+        if teacher_forcing < 1 and stepwise:
+            out = sampled_forward(self.decoder, tgt_in, enc, state, teacher_forcing)
+            logits = out.logits[real]  # (N, V), N real tokens
+        else:
+            y_prev = mixed_inputs(self.decoder, tgt_in, enc, state, teacher_forcing)  # tgt_in at 1
+            out = self.decoder(y_prev, enc, state, project=False, stepwise=stepwise)
+            logits = self.decoder.project(out.s_tilde[real])  # (N, D) -> (N, V)
+        targets = tgt_out[real]  # (N,)
+        J = F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
+        if guide and out.alpha is not None:
+            J = J + guide * guided_loss(out.alpha, src_len, tgt_out)
+        if coverage and out.alpha is not None:
+            J = J + coverage * coverage_loss(out.alpha, real)
+        return J
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Numbers the model learns (a tied embedding counts once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
+    """The one factory: a Seq2Seq model from `model:` and the two vocabulary sizes."""
+    model = Seq2Seq(cfg, src_vocab, tgt_vocab)
+    for emb in (model.encoder.embed, model.decoder.embed):
+        nn.init.normal_(emb.weight, std=cfg.emb_size**-0.5)  # N(0, 1) would saturate tanh
+        emb.weight.data[PAD].zero_()
+    if cfg.layer_norm:  # the scale of the h_i the score reads: its own choice (attention.py), or norm_gain
+        score = model.decoder.score
+        own = score.h_gain(cfg.enc_out_size) if score is not None else 1.0
+        nn.init.constant_(model.encoder.norm.weight, cfg.norm_gain if cfg.norm_gain is not None else own)
+    return model

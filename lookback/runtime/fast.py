@@ -1,0 +1,497 @@
+"""Fast CPU decoding: int8 weights, and the network on ONNX Runtime.
+
+Translating spends its time in the same places in every RNN toolkit: the
+decoder's RNN step and the output layer W_o (D x V), once per step and
+beam. Two ways to make that arithmetic cheaper, without changing the search:
+
+* int8 (`quantize="int8"`, `translate --quantize int8`): dynamic
+  quantisation. Weights of the linear and RNN layers are stored as 8-bit
+  integers with one scale each; activations are quantised on the fly, step
+  by step. On PyTorch this is `torch.ao.quantization.quantize_dynamic`
+  (Linear, GRU, LSTM); on ONNX Runtime it is its own `quantize_dynamic`
+  (MatMul/Gemm and LSTM: it has no int8 GRU, so the decoder graph writes a
+  GRU as its matrix products and gates, `RNNInOps`, which it then quantises).
+* ONNX Runtime (`backend="onnxruntime"`, `translate --backend onnxruntime`):
+  two graphs, written by `lookback export RUN_DIR -o DIR --onnx`:
+
+      encoder.onnx   src (B, S), src_len (B,) -> h, src_mask, c, keys, and s_0
+      decoder.onnx   one step: y_{t-1} (R, 1), the source, the state, n -> logits (R, V),
+                     the n best tokens' log P (R, n) and ids (R, n), log P(</s>) (R, 1),
+                     alpha_t (R, S) and the next state
+
+  `OnnxSeq2Seq` runs them and looks like a `Seq2Seq` to search.py (as an
+  Ensemble does), so greedy and beam search are the very same code on either
+  backend: the search loop stays in Python and PyTorch, the network runs in
+  ONNX Runtime. The graphs are traced from the PyTorch modules, not written
+  again, so the two backends compute the same function. The decoder graph
+  also picks each row's n best next tokens (search.top_tokens, traced too):
+  the logits, 10 MB a step for 320 rows of 8,000 words, then never leave ONNX
+  Runtime, and the top-k and log-sum-exp over them run on its threads.
+
+Legend: B batch (A sentences still searched), R rows (A x beam), S source
+length, D decoder state size, L decoder layers, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from .. import device
+from ..decoding.search import top_tokens
+from ..errors import CheckpointError
+from ..model.decoder import DecoderOutput, DecoderState
+from ..model.encoder import EncoderOutput
+from ..model.seq2seq import Seq2Seq
+
+logger = logging.getLogger(__name__)
+
+QUANTIZE = ("int8",)
+BACKENDS = ("torch", "onnxruntime")
+ONNX_DIR = "onnx"  # in an export: encoder.onnx, decoder.onnx and their int8 twins
+INT8, INT8_VNNI = ".int8.onnx", ".int8-vnni.onnx"  # 7-bit weights for any CPU, 8-bit for VNNI
+GRAPHS = ("encoder", "decoder")
+TOP = ("top_logp", "top_tokens", "eos_logp")  # the decoder graph's search.top_tokens
+OPSET = 17
+
+
+def quantize_torch(model: nn.Module) -> nn.Module:
+    """int8 dynamic quantisation of a model's Linear, GRU and LSTM layers, on PyTorch (CPU)."""
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao warns of its move to torchao; 2.13 still ships it
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {nn.Linear, nn.GRU, nn.LSTM}, dtype=torch.qint8)
+
+
+def supports_onnx(model: nn.Module) -> None:
+    """Raise ValueError when part of `model` is not in the ONNX graphs."""
+    if not isinstance(model, Seq2Seq):
+        raise ValueError("--backend onnxruntime runs one model; an ensemble runs on --backend torch")
+    d = model.decoder
+    if d.hard_attention or d.intervention is not None:
+        raise ValueError("hard attention and interventions are not in the ONNX graph; use --backend torch")
+
+
+def _require_onnxruntime():
+    """The onnxruntime module, or an error that says how to install it."""
+    try:
+        import onnx  # noqa: F401  (the quantiser reads graphs with it)
+        import onnxruntime
+    except ImportError as exc:  # a ValueError: one line from the CLI, like every error a user can fix
+        raise ValueError(f"--backend onnxruntime needs {exc.name}: pip install 'lookback[onnx]'") from None
+    return onnxruntime
+
+
+# -- export ------------------------------------------------------------------------------------
+
+
+class _EncoderGraph(nn.Module):
+    """encode + init_state: what search needs once per sentence."""
+
+    def __init__(self, model: Seq2Seq):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, ...]:
+        enc = self.model.encode(src, src_len)
+        state = self.model.decoder.init_state(enc)
+        hidden = state.hidden if isinstance(state.hidden, tuple) else (state.hidden,)
+        keys = () if enc.keys is None else (enc.keys,)
+        return (enc.h, enc.src_mask, enc.c, *keys, *hidden)
+
+
+class RNNInOps(nn.Module):
+    """A batch-first nn.GRU or tanh nn.RNN written as matrix products and gates, for the
+    decoder graph. Traced as ONNX's own GRU op, the decoder's RNN stays fp32 in the int8
+    graph (ONNX Runtime quantises MatMul, Gemm and LSTM, not GRU or RNN), the costliest node
+    of an int8 step after the output layer. As products, the quantiser makes them int8 like
+    every other layer (docs/performance.md, issue 17's third run).
+
+    The same weights and the equations of PyTorch's nn.GRU, per layer, for input x_t:
+
+        r_t = sigmoid(W_ir x_t + b_ir + W_hr s_{t-1} + b_hr)      reset gate
+        z_t = sigmoid(W_iz x_t + b_iz + W_hz s_{t-1} + b_hz)      update gate
+        n_t = tanh(W_in x_t + b_in + r_t * (W_hn s_{t-1} + b_hn))
+        s_t = (1 - z_t) * n_t + z_t * s_{t-1}
+
+    and of nn.RNN: s_t = tanh(W_ih x_t + b_ih + W_hh s_{t-1} + b_hh). Eval mode only (no
+    dropout between layers).
+    """
+
+    def __init__(self, rnn: nn.GRU | nn.RNN):
+        super().__init__()
+        self.rnn = rnn  # holds the weights: weight_ih_l0 (G*D, In), weight_hh_l0 (G*D, D), biases
+
+    @staticmethod
+    def fits(rnn: nn.Module) -> bool:
+        """Whether `rnn` is one this can write (a one-way GRU or tanh RNN, batch first)."""
+        kind = isinstance(rnn, nn.GRU) or (isinstance(rnn, nn.RNN) and rnn.nonlinearity == "tanh")
+        return kind and rnn.batch_first and not rnn.bidirectional and not rnn.proj_size
+
+    def forward(self, x: Tensor, s0: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, T, In), s0 (L, B, D) -> s (B, T, D) of the last layer, s_T (L, B, D)."""
+        rnn, last = self.rnn, []
+        for layer in range(rnn.num_layers):
+            W_ih, W_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
+            b_ih, b_hh = (getattr(rnn, f"{b}_l{layer}", None) for b in ("bias_ih", "bias_hh"))
+            gi = nn.functional.linear(x, W_ih, b_ih)  # (B, T, G*D): every step's input at once
+            s, steps = s0[layer], []
+            for t in range(x.size(1)):
+                gh = nn.functional.linear(s, W_hh, b_hh)  # (B, G*D)
+                if isinstance(rnn, nn.GRU):
+                    (i_r, i_z, i_n), (h_r, h_z, h_n) = gi[:, t].chunk(3, -1), gh.chunk(3, -1)
+                    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+                    s = (1 - z) * torch.tanh(i_n + r * h_n) + z * s  # (B, D)
+                else:
+                    s = torch.tanh(gi[:, t] + gh)
+                steps.append(s)
+            x = torch.stack(steps, 1)  # (B, T, D): the next layer's input
+            last.append(s)
+        return x, torch.stack(last)
+
+
+@contextlib.contextmanager
+def _rnn_in_ops(decoder: nn.Module) -> Iterator[None]:
+    """decoder.rnn as RNNInOps while the decoder graph is traced (an LSTM stays ONNX's LSTM,
+    which ONNX Runtime quantises)."""
+    rnn = decoder.rnn
+    if RNNInOps.fits(rnn):
+        decoder.rnn = RNNInOps(rnn)
+    try:
+        yield
+    finally:
+        decoder.rnn = rnn
+
+
+class _DecoderGraph(nn.Module):
+    """One decoder step, inputs and outputs as flat tensors (names in `_names`)."""
+
+    def __init__(self, model: Seq2Seq):
+        super().__init__()
+        self.decoder = model.decoder
+
+    def forward(self, y_prev, h, src_mask, c, keys, hidden, cell, feed, step, coverage, n):
+        d = self.decoder
+        enc = EncoderOutput(h, src_mask, c, keys)
+        state = DecoderState((hidden, cell) if d.is_lstm else hidden, feed, step, coverage)
+        out = d(y_prev, enc, state, project=False)
+        new = out.state
+        logits = d.project(out.s_tilde[:, -1])  # (R, V), made once (a slice of it is a copy in a graph)
+        outputs = [logits, *top_tokens(logits, n)]  # (R, V), (R, n) x 2, (R, 1)
+        if out.alpha is not None:
+            outputs.append(out.alpha[:, -1])  # (R, S)
+        outputs += list(new.hidden) if d.is_lstm else [new.hidden]  # (L, R, D)
+        outputs.append(new.feed)  # (R, D)
+        if new.coverage is not None:
+            outputs.append(new.coverage)  # (R, S)
+        return tuple(outputs)
+
+
+def _names(model: Seq2Seq) -> dict[str, list[str]]:
+    """The graphs' input and output names; which exist depends on the model's config."""
+    d = model.decoder
+    attends, lstm, cov = d.score is not None, d.is_lstm, d.coverage
+    state = ["hidden", "cell"] if lstm else ["hidden"]
+    source = ["h", "src_mask", "c"] + (["keys"] if attends else [])
+    return {
+        "encoder_in": ["src", "src_len"],
+        "encoder_out": source + state,
+        "decoder_in": ["y_prev", *source, *state, "feed", "step"] + (["coverage"] if cov else []) + ["n"],
+        "decoder_out": ["logits", *TOP]
+        + (["alpha"] if attends else [])
+        + [f"{n}_out" for n in state]
+        + ["feed_out"]
+        + (["coverage_out"] if cov else []),
+    }
+
+
+_AXES = {  # dynamic axes by name: B batch (A in search), S source, R rows
+    "src": {0: "B", 1: "S"},
+    "src_len": {0: "B"},
+    "h": {0: "B", 1: "S"},
+    "src_mask": {0: "B", 1: "S"},
+    "c": {0: "B"},
+    "keys": {0: "B", 1: "S"},
+    "hidden": {1: "R"},
+    "cell": {1: "R"},
+    "y_prev": {0: "R"},
+    "feed": {0: "R"},
+    "coverage": {0: "R", 1: "S"},
+    "logits": {0: "R"},
+    "top_logp": {0: "R", 1: "n"},
+    "top_tokens": {0: "R", 1: "n"},
+    "eos_logp": {0: "R"},
+    "alpha": {0: "R", 1: "S"},
+    "hidden_out": {1: "R"},
+    "cell_out": {1: "R"},
+    "feed_out": {0: "R"},
+    "coverage_out": {0: "R", 1: "S"},
+}
+
+
+def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[Path]:
+    """Write encoder.onnx and decoder.onnx for `model` into `folder` (and, with `int8`, their
+    dynamically quantised twins: NAME.int8.onnx, NAME.int8-vnni.onnx); returns the paths."""
+    supports_onnx(model)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    was_training = model.training
+    model.eval()
+    names = _names(model)
+    # Example inputs: 2 sentences of 7 and 5 tokens, 3 rows each (a beam); every size is a
+    # dynamic axis, so other sizes run too (tests/test_runtime.py checks several).
+    src = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 0, 0]])
+    src_len = torch.tensor([7, 5])
+    with torch.no_grad():
+        enc_outputs = _EncoderGraph(model)(src, src_len)
+    enc = dict(zip(names["encoder_out"], enc_outputs, strict=True))
+    rows = torch.tensor([0, 0, 0, 1, 1, 1])
+    R, D = len(rows), model.decoder.bridge.out_features
+    example = {
+        "y_prev": torch.full((R, 1), 5),
+        "h": enc["h"],
+        "src_mask": enc["src_mask"],
+        "c": enc["c"],
+        "keys": enc.get("keys"),
+        "hidden": enc["hidden"].index_select(1, rows),
+        "cell": enc["cell"].index_select(1, rows) if "cell" in enc else None,
+        "feed": torch.zeros(R, D),
+        "step": torch.tensor(0),
+        "coverage": torch.zeros(R, src.size(1)) if model.decoder.coverage else None,
+        "n": torch.tensor(4),  # a dynamic k: the graph's TopK reads it as an input
+    }
+    paths = []
+    with warnings.catch_warnings(), _rnn_in_ops(model.decoder):  # the exporter's notes on traced shapes
+        warnings.simplefilter("ignore")
+        for graph, module, inputs in (
+            ("encoder", _EncoderGraph(model), (src, src_len)),
+            ("decoder", _DecoderGraph(model), tuple(example.values())),
+        ):
+            path = folder / f"{graph}.onnx"
+            torch.onnx.export(
+                module.eval(),
+                inputs,
+                str(path),
+                dynamo=False,  # the TorchScript exporter: it writes packed RNNs as ONNX's own GRU/LSTM
+                opset_version=OPSET,
+                input_names=names[f"{graph}_in"],
+                output_names=names[f"{graph}_out"],
+                dynamic_axes={
+                    n: _AXES[n] for n in names[f"{graph}_in"] + names[f"{graph}_out"] if n in _AXES
+                },
+            )
+            paths.append(path)
+    model.train(was_training)
+    if int8:  # an export made on one CPU runs on others: both int8 twins, chosen when loaded
+        paths += [quantize_onnx(p, full_range) for full_range in (False, True) for p in paths]
+    return paths
+
+
+def quantize_onnx(path: Path, full_range: bool = False) -> Path:
+    """ONNX Runtime's int8 dynamic quantisation of the graph at `path`, one scale per output
+    column: NAME.onnx -> NAME.int8.onnx with 7-bit weights, which any x86 CPU runs exactly;
+    `full_range`: NAME.int8-vnni.onnx with 8-bit ones, for CPUs with VNNI only.
+
+    Without VNNI, ONNX Runtime's x86 kernels add pairs of byte products in 16 bits, which
+    8-bit weights can overflow; its docs advise the reduced range there. With VNNI the sums
+    are 32-bit and the eighth bit is free precision: on Multi30k val it brought the int8
+    beam-5 outputs unlike fp32's from 302 to 180 of 1,014 (docs/performance.md)."""
+    _require_onnxruntime()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    out = path.with_suffix(INT8_VNNI if full_range else INT8)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantiser logs and prints a line per tensor it leaves out
+    try:
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+            ready = Path(tmp) / path.name
+            quant_pre_process(path, ready)  # shapes inferred and the graph simplified, as the quantiser asks
+            quantize_dynamic(
+                ready, out, weight_type=QuantType.QInt8, per_channel=True, reduce_range=not full_range
+            )
+    finally:
+        root.setLevel(level)
+    return out
+
+
+# -- running on ONNX Runtime ---------------------------------------------------------------------
+
+
+def int8_suffix(folder: Path) -> str:
+    """Which int8 graphs of `folder` to run: the 8-bit ones on a CPU with VNNI (where the
+    folder has them: exports before them have the 7-bit ones only), else the 7-bit ones."""
+    full = all((folder / f"{graph}{INT8_VNNI}").is_file() for graph in GRAPHS)
+    return INT8_VNNI if full and device.vnni() else INT8
+
+
+class OnnxEncoding(NamedTuple):
+    """What the encoder graph gives search: the source, and s_0 (with the LSTM memory) beside it."""
+
+    enc: EncoderOutput
+    hidden0: tuple[Tensor, ...]  # (L, B, D) each: s_0, and for an LSTM its zero memory
+
+    def index_select(self, idx: Tensor) -> OnnxEncoding:
+        return OnnxEncoding(self.enc.index_select(idx), tuple(x.index_select(1, idx) for x in self.hidden0))
+
+
+class _Out(nn.Module):
+    """Stands in for W_o: search reads the vocabulary size from decoder.out.out_features."""
+
+    def __init__(self, out_features: int):
+        super().__init__()
+        self.out_features = out_features
+
+
+class OnnxDecoder(nn.Module):
+    def __init__(self, session, attends: bool, lstm: bool, coverage: bool, vocab: int):
+        super().__init__()
+        self.session = session
+        self.score = True if attends else None  # search asks only whether there is attention
+        self.is_lstm, self.coverage = lstm, coverage
+        self.out = _Out(vocab)
+        self.inputs = [i.name for i in session.get_inputs()]  # unused inputs are left out of a graph
+        self.outputs = [o.name for o in session.get_outputs()]
+        # False: pick the n best tokens in PyTorch, as for graphs exported without them (bench.decoding
+        # measures what picking them in the graph gives)
+        self.top_in_graph = TOP[0] in self.outputs
+
+    def init_state(self, enc: OnnxEncoding) -> DecoderState:
+        hidden = enc.hidden0 if self.is_lstm else enc.hidden0[0]
+        h = enc.enc.h
+        coverage = h.new_zeros(h.shape[:2]) if self.coverage else None
+        return DecoderState(hidden, h.new_zeros(enc.hidden0[0].shape[1:]), 0, coverage)
+
+    def _run(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState, n: int, wanted: list[str]):
+        """One step of the graph on y_prev (R, 1): the outputs `wanted`, by name, and the next state."""
+        e = enc.enc
+        hidden, cell = state.hidden if self.is_lstm else (state.hidden, None)
+        feed = {
+            "y_prev": y_prev,
+            "h": e.h,
+            "src_mask": e.src_mask,
+            "c": e.c,
+            "keys": e.keys,
+            "hidden": hidden,
+            "cell": cell,
+            "feed": state.feed,
+            "step": torch.tensor(state.step),
+            "coverage": state.coverage,
+            "n": torch.tensor(n),
+        }
+        ort_in = {name: feed[name].contiguous().numpy() for name in self.inputs}
+        out = dict(zip(wanted, map(torch.from_numpy, self.session.run(wanted, ort_in)), strict=True))
+        new_hidden = (out["hidden_out"], out["cell_out"]) if self.is_lstm else out["hidden_out"]
+        next_state = DecoderState(new_hidden, out["feed_out"], state.step + 1, out.get("coverage_out"))
+        alpha = out.get("alpha")
+        alpha = None if alpha is None else alpha.unsqueeze(1)  # (R, 1, S)
+        logits = out["logits"].unsqueeze(1) if "logits" in out else None  # (R, 1, V)
+        return out, DecoderOutput(None, None, alpha, None, None, logits, next_state)
+
+    def forward(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState) -> DecoderOutput:
+        """One step on y_prev (R, 1), as Decoder.forward computes it."""
+        return self._run(y_prev, enc, state, 1, [o for o in self.outputs if o not in TOP])[1]
+
+    def forward_top(
+        self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState, n: int
+    ) -> tuple[DecoderOutput, Tensor, Tensor, Tensor]:
+        """One step and search.top_tokens of its logits, computed inside the graph (search.decode_step);
+        the logits stay in ONNX Runtime. A graph exported before it had them falls back on PyTorch."""
+        if not self.top_in_graph:
+            out = self(y_prev, enc, state)
+            return (out, *top_tokens(out.logits[:, -1], n))
+        values, out = self._run(y_prev, enc, state, n, [o for o in self.outputs if o != "logits"])
+        return (out, *(values[name] for name in TOP))
+
+
+class OnnxSeq2Seq(nn.Module):
+    """A Seq2Seq whose encoder and decoder step run on ONNX Runtime (search.py runs it unchanged)."""
+
+    # While search runs around it, PyTorch (the top-k, log-sum-exp and reordering) keeps to one
+    # thread: its threads and ONNX Runtime's would contend for the same cores at every step (beam 5
+    # is 15-20% faster so, on 2 cores; docs/performance.md). decoding/translate.py reads it.
+    torch_threads = 1
+
+    def __init__(self, folder: str | Path, model: Seq2Seq, quantize: str | None = None, threads: int = 0):
+        """Run the graphs in `folder` (int8 ones with quantize='int8'); `model` (the PyTorch
+        model they were exported from) says which inputs and outputs exist. threads 0: ONNX
+        Runtime's default, one per core."""
+        ort = _require_onnxruntime()
+        super().__init__()
+        suffix = ".onnx" if quantize != "int8" else int8_suffix(Path(folder))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # ONNX Runtime's threads spin-wait for the next op by default: between two steps they
+        # would hold the cores that PyTorch needs for the search (3x slower beam search)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sessions = {}
+        for graph in GRAPHS:
+            path = Path(folder) / f"{graph}{suffix}"
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{path}: no ONNX graph; write it with `lookback export RUN_DIR -o DIR --onnx`"
+                )
+            try:
+                sessions[graph] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # onnxruntime's own errors: a truncated or foreign file
+                reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                raise CheckpointError(f"{path}: not a readable ONNX graph ({reason})") from None
+        d = model.decoder
+        self.names = _names(model)
+        self.encoder_session = sessions["encoder"]
+        self.decoder = OnnxDecoder(
+            sessions["decoder"], d.score is not None, d.is_lstm, d.coverage, d.out.out_features
+        )
+
+    def encode(self, src: Tensor, src_len: Tensor) -> OnnxEncoding:
+        outs = self.encoder_session.run(None, {"src": src.numpy(), "src_len": src_len.numpy()})
+        out = dict(zip(self.names["encoder_out"], map(torch.from_numpy, outs), strict=True))
+        enc = EncoderOutput(out["h"], out["src_mask"], out["c"], out.get("keys"))
+        return OnnxEncoding(enc, tuple(out[n] for n in ("hidden", "cell") if n in out))
+
+
+def onnx_model(model: Seq2Seq, folder: str | Path | None, quantize: str | None, threads: int) -> OnnxSeq2Seq:
+    """The ONNX Runtime twin of `model`: from the graphs in `folder` (an export's onnx/), or,
+    when there are none, from graphs exported now into a temporary folder."""
+    if folder is not None and (Path(folder) / "encoder.onnx").is_file():
+        return OnnxSeq2Seq(folder, model, quantize, threads)
+    tmp = tempfile.TemporaryDirectory(prefix="lookback-onnx-")
+    logger.info("exporting the model to ONNX for this run (`lookback export --onnx` keeps the graphs)")
+    export_onnx(model, tmp.name, int8=quantize == "int8")
+    twin = OnnxSeq2Seq(tmp.name, model, quantize, threads)
+    twin._tmp = tmp  # the folder lives as long as the model
+    return twin
+
+
+def fast_model(
+    model: Seq2Seq,
+    backend: str,
+    quantize: str | None,
+    threads: int,
+    device: torch.device,
+    graphs: Path | None = None,
+) -> nn.Module:
+    """`model` on `backend`, int8 with quantize='int8'; `graphs`: an export's onnx/ folder."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if quantize not in (None, *QUANTIZE):
+        raise ValueError(f"quantize {quantize!r}: choose {', '.join(QUANTIZE)} (or leave it out for fp32)")
+    if device.type != "cpu":
+        raise ValueError(
+            f"backend {backend} with quantize {quantize}: runs on the CPU only, not {device.type}"
+        )
+    if backend == "torch":
+        return quantize_torch(model) if quantize else model
+    return onnx_model(model, graphs, quantize, threads or torch.get_num_threads())
