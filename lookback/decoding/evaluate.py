@@ -127,3 +127,11 @@ def validation_loss(model: Seq2Seq, pairs: list, max_tokens: int, device: torch.
         total += float(model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out))
         tokens += batch.n_tokens
     return total / tokens
+
+
+def format_by_length(by_length: dict[str, dict]) -> str:
+    """bleu_by_length as text: a header, then one line per source-length bucket."""
+    lines = ["by source length (words): sentences, BLEU, output/reference length"]
+    for label, b in by_length.items():
+        lines.append(f"  {label:>6}  {b['sentences']:5d}  {b['bleu']:6.2f}  {b['length_ratio']:.3f}")
+    return "\n".join(lines)

@@ -283,3 +283,24 @@ def eflomal_links(
     return [
         {(int(i), int(j)) for i, _, j in (link.partition("-") for link in line.split())} for line in found
     ]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"
+
+
+def format_error(r: dict, method: str) -> str:
+    """alignment_error against gold links, as one line."""
+    return (
+        f"AER {_pct(r['aer'])}  precision {_pct(r['precision'])}  recall {_pct(r['recall'])}"
+        f"  ({r['links']} links, {r['sure']} sure gold links, {r['sentences']} sentences, {method})"
+    )
+
+
+def format_agreement(r: dict, train_spec: str, pairs: int) -> str:
+    """alignment_error against eflomal's links (an aligner, not gold), as one line."""
+    return (
+        f"agreement with eflomal's forward links (learned on {train_spec} and these {pairs} pairs; an "
+        f"aligner, not gold): {_pct(r['precision'])}% of attention's links are eflomal's, "
+        f"{_pct(r['recall'])}% of eflomal's are attention's, 1 - AER {_pct(1 - r['aer'])}"
+    )

@@ -265,3 +265,22 @@ def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> l
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return drawn
+
+
+def format_by_length(by_length: dict[str, dict]) -> str:
+    """diagnostics_by_length as text, one line per source-length bucket."""
+    if not by_length:
+        return "attention diagnostics: no attention"
+    lines = [
+        "attention diagnostics by source length (words), in % unless said (explain/diagnostics.py):",
+        "  bucket  sents  entropy  near-uniform  unattended  over-attended  parking (uniform)  backward",
+    ]
+    pct = lambda x: "     -" if x is None else f"{100 * x:6.1f}"  # noqa: E731
+    for label, d in by_length.items():
+        entropy = "     -" if d["entropy"] is None else f"{d['entropy']:6.3f}"
+        lines.append(
+            f"  {label:>6}  {d['sentences']:5d}   {entropy}        {pct(d['near_uniform'])}      "
+            f"{pct(d['unattended'])}         {pct(d['over_attended'])}   {pct(d['parking'])} "
+            f"({pct(d['parking_share'])})    {pct(d['backward'])}"
+        )
+    return "\n".join(lines)

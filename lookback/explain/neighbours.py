@@ -41,3 +41,11 @@ def neighbours(
     sims[ids] = float("-inf")
     best, order = sims.topk(min(k, int(torch.isfinite(sims).sum())))
     return tok.pieces(ids), [(tok.id_to_piece(int(i)), float(s)) for s, i in zip(best, order, strict=True)]
+
+
+def format_neighbours(word: str, pieces: list[str], near: list[tuple[str, float]], side: str) -> str:
+    """neighbours() as text: the query, then one line per neighbour with its cosine similarity."""
+    how = "" if len(pieces) == 1 else f" (the mean of its pieces {' '.join(pieces)})"
+    lines = [f"nearest to {word!r}{how} in the {side} embeddings, by cosine similarity:"]
+    lines += [f"  {sim:7.3f}  {piece}" for piece, sim in near]
+    return "\n".join(lines)

@@ -97,3 +97,14 @@ def coverage_report(
         "source_tokens": tokens,
         "output_bigrams": grams,
     }
+
+
+def format_report(c: dict) -> str:
+    """coverage_report as one line: signs of under- and over-translation."""
+    repeats = f"{100 * (c['repeated_bigrams'] or 0):.1f}% of output bigrams repeated"
+    if c["under_covered"] is None:
+        return f"coverage: no attention; {repeats}"
+    return (
+        f"coverage: {100 * c['under_covered']:.1f}% of source tokens under-covered (total attention "
+        f"< 0.5), {100 * c['over_covered']:.1f}% over-covered (> 1.5); {repeats}"
+    )

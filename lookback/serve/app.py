@@ -34,6 +34,7 @@ from ..device import cores
 from ..errors import first_line
 from ..explain.trace import trace
 from ..model.seq2seq import count_parameters
+from ..training.checkpoint import parse_run_dirs
 from ..translator import Translator
 
 log = logging.getLogger(__name__)
@@ -143,23 +144,6 @@ class TraceOut(BaseModel):  # mirrors explain.Trace
 class Loaded:
     translator: Translator  # holds no state between calls: requests to one model run side by side
     info: ModelInfo
-
-
-def parse_run_dirs(run_dirs: list[str]) -> dict[str, Path]:
-    """Map model names to run directories: `NAME=DIR`, or the directory's own name."""
-    if not run_dirs:
-        raise ValueError("serve needs at least one run directory")
-    named: dict[str, Path] = {}
-    for arg in run_dirs:
-        name, sep, folder = arg.partition("=")
-        if not sep or not name or "/" in name:  # a plain directory, maybe with '=' inside
-            name, folder = Path(arg).resolve().name, arg
-        if name in named:
-            raise ValueError(
-                f"two models are named {name!r} ({named[name]} and {folder}); name them with NAME=DIR"
-            )
-        named[name] = Path(folder)
-    return named
 
 
 def load_model(

@@ -310,3 +310,20 @@ class RunDir:
         if self._board is not None:
             self._board.close()
             self._board = None
+
+
+def parse_run_dirs(run_dirs: list[str]) -> dict[str, Path]:
+    """Map model names to run directories: `NAME=DIR`, or the directory's own name."""
+    if not run_dirs:
+        raise ValueError("at least one run directory is needed")
+    named: dict[str, Path] = {}
+    for arg in run_dirs:
+        name, sep, folder = arg.partition("=")
+        if not sep or not name or "/" in name:  # a plain directory, maybe with '=' inside
+            name, folder = Path(arg).resolve().name, arg
+        if name in named:
+            raise ValueError(
+                f"two models are named {name!r} ({named[name]} and {folder}); name them with NAME=DIR"
+            )
+        named[name] = Path(folder)
+    return named
