@@ -14,6 +14,7 @@ from lookback.config import ConfigError, from_dict
 from lookback.data.batch import collate
 from lookback.decoding.search import greedy
 from lookback.model.attention import MultiHeadScore, ScaledDotScore, attend, keep_top
+from lookback.model.decoder import Look
 from lookback.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lookback.translator import Translator
 
@@ -101,14 +102,14 @@ def test_every_wiring_trains_and_decodes_with_each_normalizer(
     assert len(greedy(model.eval(), b.src, b.src_len)) == B
 
 
-def test_hard_attention_applies_at_inference_only():
-    model = tiny_model(attention="additive", dec_hidden_size=24)
+def test_hard_attention_is_a_look_the_caller_passes():
+    model = tiny_model(attention="additive", dec_hidden_size=24).eval()
     b = collate(PAIRS)
-    model.decoder.hard_attention = 1
-    soft_train = model.train()(b.src, b.src_len, b.tgt_in).alpha
-    assert not ((soft_train == 0) | (soft_train == 1)).all()  # training stays soft
-    hard = model.eval()(b.src, b.src_len, b.tgt_in).alpha
+    hard = model(b.src, b.src_len, b.tgt_in, look=Look(top_k=1)).alpha
     assert ((hard == 0) | (hard == 1)).all() and torch.equal(hard.sum(-1), torch.ones(hard.shape[:2]))
+    soft = model(b.src, b.src_len, b.tgt_in).alpha  # nothing stays behind on the model
+    assert not ((soft == 0) | (soft == 1)).all()
+    assert torch.allclose(soft.sum(-1), torch.ones(soft.shape[:2]))
 
 
 def test_config_checks_sizes_and_names():

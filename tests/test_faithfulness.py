@@ -20,6 +20,7 @@ from lookback.explain.faithfulness import (
     stretch,
     uniform,
 )
+from lookback.model.decoder import Look
 from lookback.translator import Translator
 
 from .helpers import tiny_model, toy_pairs, train_tiny
@@ -59,7 +60,7 @@ def test_every_change_keeps_rows_summing_to_one_over_real_tokens():
     alpha = torch.softmax(torch.randn(2, 5, 7).masked_fill(~mask.unsqueeze(1), float("-inf")), -1)
     donors = torch.softmax(torch.randn(2, 3, 7).masked_fill(~mask.unsqueeze(1), float("-inf")), -1)
     for kind in ("uniform", "permute", "drop_max", "other"):
-        out = Counterfactual(kind, donors)(alpha, mask)
+        out = Counterfactual(kind, donors)(alpha, mask, 0)
         assert torch.allclose(out.sum(-1), torch.ones(2, 5)), kind
         assert (out[1, :, 4:] == 0).all(), kind
 
@@ -69,8 +70,15 @@ def test_other_lends_the_donors_step_and_repeats_its_last():
     change = Counterfactual("other", donors)
     alpha, mask = torch.tensor([[[0.5, 0.5]]]), torch.tensor([[True, True]])
     for step, want in ((0, [1.0, 0.0]), (1, [0.0, 1.0]), (5, [0.0, 1.0])):
-        change.step = step
-        assert change(alpha, mask).tolist() == [[want]]
+        assert change(alpha, mask, step).tolist() == [[want]]
+
+
+def test_other_follows_its_sentences_when_search_drops_the_finished():
+    donors = torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]]])  # sentence 0 lends [1, 0], sentence 1 [0, 1]
+    kept = Counterfactual("other", donors).index_select(torch.tensor([1]))
+    alpha, mask = torch.tensor([[[0.5, 0.5]]]), torch.tensor([[True, True]])
+    assert kept(alpha, mask, 0).tolist() == [[[0.0, 1.0]]]
+    assert Look(change=kept).index_select(torch.tensor([0])).change(alpha, mask, 0).tolist() == [[[0.0, 1.0]]]
 
 
 def test_stretch_moves_weights_to_the_same_relative_place():
@@ -104,16 +112,31 @@ def test_js_divergence_by_hand():
         {"window": "local_p", "window_size": 1},
     ],
 )
-def test_decode_without_a_change_is_greedy(overrides):
+def test_decode_is_greedy_and_its_weights_are_greedys(overrides):
     overrides = {"hidden_size": 10, **overrides}  # dot: 2 x 10 = dec_hidden_size 20
     model = tiny_model(seed=3, **overrides)
     src = torch.tensor([[5, 6, 7, 8, 9], [4, 9, 3, 0, 0]])
     src_len = torch.tensor([5, 3])
     outputs, weights = decode(model, src, src_len)
-    assert outputs == [h.tokens for h in greedy(model, src, src_len)]
-    if model.decoder.score is not None:
-        assert [w.shape for w in weights] == [(len(outputs[0]) + 1, 5), (len(outputs[1]) + 1, 3)]
-        assert all(torch.allclose(w.sum(-1), torch.ones(len(w))) for w in weights)
+    hyps = greedy(model, src, src_len)
+    assert outputs == [h.tokens for h in hyps]
+    if model.decoder.score is None:
+        assert weights == [None, None]
+        return
+    assert [w.shape for w in weights] == [(len(outputs[0]) + 1, 5), (len(outputs[1]) + 1, 3)]
+    assert all(torch.allclose(w.sum(-1), torch.ones(len(w))) for w in weights)
+    for w, h in zip(weights, hyps, strict=True):  # teacher-forced along the output: greedy's own rows
+        assert torch.allclose(w[:-1], h.alpha, atol=1e-5)
+
+
+def test_decode_with_a_change_decodes_greedily_with_it():
+    model = tiny_model(seed=3, hidden_size=10, attention="additive")
+    src, src_len = torch.tensor([[5, 6, 7, 8, 9], [4, 9, 3, 0, 0]]), torch.tensor([5, 3])
+    outputs, weights = decode(model, src, src_len, Counterfactual("uniform"))
+    changed = greedy(model, src, src_len, look=Look(change=Counterfactual("uniform")))
+    assert outputs == [h.tokens for h in changed] and weights == [None, None]
+    for h, S in zip(changed, (5, 3), strict=True):  # every step attended uniformly
+        assert torch.allclose(h.alpha, torch.full((len(h.tokens), S), 1 / S))
 
 
 def test_a_change_reaches_the_output_and_none_is_the_control():

@@ -104,9 +104,9 @@ def _count_rows(model) -> list[int]:
     """Record how many rows the decoder runs at each step."""
     rows, forward = [], model.decoder.forward
 
-    def counting(y, enc, state):
+    def counting(y, enc, state, **look):
         rows.append(y.size(0))
-        return forward(y, enc, state)
+        return forward(y, enc, state, **look)
 
     model.decoder.forward = counting
     return rows
@@ -230,8 +230,8 @@ def test_the_search_goes_on_past_improbable_ends_until_none_can_win():
     ends = torch.log(torch.tensor([0.0167, 0.0166, 0.0167, 0.05, 0.9]))  # P(4) .9, P(</s>) .05
     last = torch.log(torch.tensor([0.0125, 0.0125, 0.0125, 0.95, 0.0125]))  # after four words: end
 
-    def fixed(y, enc, state):
-        out = forward(y, enc, state)
+    def fixed(y, enc, state, **look):
+        out = forward(y, enc, state, **look)
         table = last if step[0] >= 4 else ends
         step[0] += 1
         return out._replace(logits=table.expand(y.size(0), 1, -1).clone())
@@ -259,8 +259,8 @@ def test_at_least_greedy_keeps_beam_search_from_returning_less_than_greedy():
     }
     other = [1e-4, 1e-4, 1e-4, 0.2, 0.0333, 0.3833, 0.3831]  # any other step: </s> .2
 
-    def fixed(y, enc, state):
-        out = forward(y, enc, state)
+    def fixed(y, enc, state, **look):
+        out = forward(y, enc, state, **look)
         t[0] = 0 if bool((y[:, -1] == BOS).all()) else t[0] + 1
         rows = [P.get((min(t[0], 2), int(prev)), other) for prev in y[:, -1]]
         return out._replace(logits=torch.log(torch.tensor(rows)).unsqueeze(1))

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..model.decoder import DecoderOutput
+from ..model.decoder import SOFT, DecoderOutput, Look
 from ..model.seq2seq import Seq2Seq
 
 
@@ -44,9 +44,10 @@ class EnsembleDecoder(nn.Module):
     def init_state(self, enc: Members) -> Members:
         return Members(d.init_state(e) for d, e in zip(self.members, enc, strict=True))
 
-    def forward(self, y_prev: Tensor, enc: Members, state: Members) -> DecoderOutput:
-        """T steps of every member on y_prev (B, T); logits are log of the mean probability."""
-        outs = [d(y_prev, e, s) for d, e, s in zip(self.members, enc, state, strict=True)]
+    def forward(self, y_prev: Tensor, enc: Members, state: Members, look: Look = SOFT) -> DecoderOutput:
+        """T steps of every member on y_prev (B, T), each looking as `look` says; logits are log of
+        the mean probability."""
+        outs = [d(y_prev, e, s, look=look) for d, e, s in zip(self.members, enc, state, strict=True)]
         logp = torch.stack([o.logits.float().log_softmax(-1) for o in outs])  # (N, B, T, V)
         logits = logp.logsumexp(0) - math.log(len(outs))  # (B, T, V) log 1/N sum_n P_n
         alphas = [o.alpha.float() for o in outs if o.alpha is not None]  # (B, T, S) each

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..data.tokenizer import BOS, EOS
 from ..model.coverage import coverage_penalty
-from ..model.decoder import DecoderOutput, DecoderState
+from ..model.decoder import SOFT, DecoderOutput, DecoderState, Look
 from ..model.encoder import EncoderOutput
 from ..model.seq2seq import Seq2Seq
 
@@ -91,15 +91,19 @@ def top_k(x: Tensor, n: int | Tensor) -> tuple[Tensor, Tensor]:
 
 
 def decode_step(
-    decoder: nn.Module, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, n: int
+    decoder: nn.Module, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, n: int, look: Look = SOFT
 ) -> tuple[DecoderOutput, Tensor, Tensor, Tensor]:
-    """One decoder step on y_prev (R, 1) and `top_tokens` of its logits: (out, log P (R, n),
-    tokens (R, n), log P(</s>) (R, 1)). A decoder with a `forward_top` of its own (ONNX
-    Runtime's) picks the tokens itself."""
+    """One decoder step on y_prev (R, 1), looking as `look` says, and `top_tokens` of its logits:
+    (out, log P (R, n), tokens (R, n), log P(</s>) (R, 1)). A decoder with a `forward_top` of its
+    own (ONNX Runtime's) picks the tokens itself, and attends only as trained."""
     own = getattr(decoder, "forward_top", None)
     if own is not None:
+        if look != SOFT:
+            raise ValueError(
+                "hard attention and interventions are not in the ONNX graph; use --backend torch"
+            )
         return own(y_prev, enc, state, n)
-    out = decoder(y_prev, enc, state)
+    out = decoder(y_prev, enc, state, look=look)
     return (out, *top_tokens(out.logits[:, -1], n))
 
 
@@ -130,10 +134,11 @@ class Beam(NamedTuple):
     tokens: Tensor  # (A*k, 1 + t) <s> and the t tokens so far
     alpha: Tensor | None  # (A*k, t, S) their attention weights; None without attention
     state: DecoderState  # (A*k, ...) after the last token
+    look: Look = SOFT  # (A, ...) how attention looks: soft, hard, or a counterfactual
 
     @classmethod
-    def start(cls, model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float) -> Beam:
-        """One live hypothesis, <s>, per sentence of src (B, S)."""
+    def start(cls, model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float, look: Look = SOFT) -> Beam:
+        """One live hypothesis, <s>, per sentence of src (B, S), attending as `look` says."""
         B, device = src.size(0), src.device
         enc = model.encode(src, src_len)
         return cls(
@@ -144,6 +149,7 @@ class Beam(NamedTuple):
             tokens=torch.full((B, 1), BOS, dtype=torch.long, device=device),
             alpha=None if model.decoder.score is None else torch.zeros(B, 0, src.size(1), device=device),
             state=model.decoder.init_state(enc),
+            look=look,
         )
 
     def finish(
@@ -163,7 +169,10 @@ class Beam(NamedTuple):
         if keep is not None:
             rows, y, scores = rows[keep], y[keep], scores[keep]  # (A', K)
             self = self._replace(
-                sent=self.sent[keep], limit=self.limit[keep], enc=self.enc.index_select(keep)
+                sent=self.sent[keep],
+                limit=self.limit[keep],
+                enc=self.enc.index_select(keep),
+                look=self.look.index_select(keep),
             )
         rows = rows.view(-1)  # (A'*K,)
         return self._replace(
@@ -175,16 +184,19 @@ class Beam(NamedTuple):
 
 
 @torch.no_grad()
-def greedy(model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0) -> list[Hypothesis]:
-    """Pick the most probable token at every step until </s>, for a batch src (B, S).
+def greedy(
+    model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0, look: Look = SOFT
+) -> list[Hypothesis]:
+    """Pick the most probable token at every step until </s>, for a batch src (B, S), attending
+    as `look` says (soft by default; hard, or a counterfactual).
 
     A sentence that has ended leaves the batch: the decoder only works on
     the sentences still being translated.
     """
-    live = Beam.start(model, src, src_len, max_ratio)  # one row per sentence still going
+    live = Beam.start(model, src, src_len, max_ratio, look)  # one row per sentence still going
     hyps: list[Hypothesis | None] = [None] * src.size(0)
     for t in range(int(live.limit.max())):
-        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, 1)
+        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, 1, live.look)
         logp, y = only_eos_at_limit(*top, t + 1 >= live.limit)  # (A, 1) the best token, its log P
         scores = live.scores + logp
         live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
@@ -220,6 +232,50 @@ def beam_step(scores: Tensor, logp: Tensor, n: int) -> tuple[Tensor, Tensor, Ten
     return top, idx // V, idx % V
 
 
+class GreedyPath:
+    """Greedy search's path, followed inside the beam (beam_search's `at_least_greedy`): row `row`
+    of each sentence, continued by its best token. Its end joins the finished hypotheses wherever
+    it ranks; a sentence whose beam drops the path runs greedy search after the beam, for its
+    finished ones. A sentence that stops while the path is live needs nothing: the stop rule
+    bounds the path too."""
+
+    def __init__(self, sentences: int, follow: bool, device: torch.device):
+        self.row = torch.full((sentences,), 0 if follow else -1, device=device)  # (A,); -1: none
+        self.dropped: list[int] = []  # sentences whose beam dropped the path
+
+    def next(self, cand_beams: Tensor, cand_j: Tensor) -> Tensor:
+        """(A, 2K) the candidate that continues the path by its row's best token (j = 0): one
+        True per sentence, or none where that token is not among the candidates."""
+        return (cand_beams == self.row.unsqueeze(1)) & (cand_j == 0)
+
+    def follow(self, sent: Tensor, nxt: Tensor, ends: Tensor, pick: Tensor, scores: Tensor) -> None:
+        """The path's row in the next beam, whose live hypotheses are the candidates `pick` (A, K)
+        with `scores`; the path is dropped where it neither ended (`ends`) nor goes on."""
+        kept_on = nxt.gather(1, pick) & torch.isfinite(scores)  # (A, K)
+        self.dropped += sent[(self.row >= 0) & ~(nxt & ends).any(1) & ~kept_on.any(1)].tolist()
+        self.row = torch.where(kept_on.any(1), kept_on.float().argmax(1), -1)
+
+    def select(self, keep: Tensor | None) -> None:
+        """The sentences `keep` go on (None: all)."""
+        self.row = self.row if keep is None else self.row[keep]
+
+    def add_dropped(
+        self, model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float, look: Look, rank, finished: list
+    ) -> None:
+        """Greedy's own outputs for the sentences whose beam dropped its path, ranked by `rank`
+        (logprob, length, alpha -> score), into their `finished` heaps."""
+        if not self.dropped:
+            return
+        idx = torch.tensor(self.dropped, device=src.device)
+        for b, h in zip(
+            self.dropped,
+            greedy(model, src[idx], src_len[idx], max_ratio, look.index_select(idx)),
+            strict=True,
+        ):
+            score = rank(h.logprob, len(h.tokens), h.alpha)
+            heapq.heappush(finished[b], (score, 1, Hypothesis(h.tokens, score, h.logprob, h.alpha)))
+
+
 @torch.no_grad()
 def beam_search(
     model: Seq2Seq,
@@ -231,17 +287,16 @@ def beam_search(
     max_ratio: float = 2.0,
     coverage_penalty: float = 0.0,
     at_least_greedy: bool = False,
+    look: Look = SOFT,
 ) -> list[list[Hypothesis]]:
     """Keep the `beam` best partial outputs of each sentence at every step; return its `nbest`
     best finished ones, scored by log-probability over lp(length) ** `length_penalty`, plus
-    GNMT's coverage penalty with weight `coverage_penalty` (coverage.py; 0: none).
+    GNMT's coverage penalty with weight `coverage_penalty` (coverage.py; 0: none); attention
+    looks as `look` says.
 
     `at_least_greedy` (the Translator's choice): never return less than greedy search under
-    the search's own objective, which a beam can, by pruning the path greedy takes. Greedy's
-    path is followed inside the beam (row `g` of each sentence, continued by its best token);
-    its end joins the finished hypotheses wherever it ranks, and only the sentences whose
-    beam dropped the path run greedy search afterwards, for their finished ones. A sentence
-    that stops while the path is live needs nothing: the stop rule bounds the path too.
+    the search's own objective, which a beam can, by pruning the path greedy takes: the beam
+    follows greedy's path as it goes (`GreedyPath`).
 
     A sentence is done when no live hypothesis can beat its nbest-th finished one: with
     log-probability L, none can score above L / lp(limit), as log-probabilities only fall,
@@ -251,23 +306,20 @@ def beam_search(
     start from <s>).
     """
     B, K, device, order = src.size(0), beam, src.device, itertools.count()
-    live = Beam.start(model, src, src_len, max_ratio)  # k = 1 live hypothesis, <s>, at the start
+    live = Beam.start(model, src, src_len, max_ratio, look)  # k = 1 live hypothesis, <s>, at the start
     finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first
-    g = torch.full((B,), 0 if at_least_greedy else -1, device=device)  # (A,) greedy's row; -1: none
-    dropped: list[int] = []  # sentences whose beam dropped greedy's path
+    path = GreedyPath(B, at_least_greedy, device)
     n = min(2 * K, model.decoder.out.out_features)  # a row's best tokens (V may be under 2K)
     for t in range(int(live.limit.max())):
         A, k = live.scores.shape
         # only a row's 2K best tokens can be among the sentence's 2K best candidates
-        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, n)
+        out, *top = decode_step(model.decoder, live.tokens[:, -1:], live.enc, live.state, n, live.look)
         logp, tokens = only_eos_at_limit(*top, (t + 1 >= live.limit).repeat_interleave(k))  # (A*k, n)
         cand_scores, cand_beams, cand_j = beam_step(live.scores, logp.view(A, k, n), 2 * K)  # (A, <= 2K)
         cand_tokens = tokens.view(A, k * n).gather(1, cand_beams * n + cand_j)
         cand_rows = torch.arange(A, device=device).unsqueeze(1) * k + cand_beams  # rows they extend
         live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
-
-        # greedy's path goes on by its row's best token (j = 0), if among the 2K candidates
-        greedy_next = (cand_beams == g.unsqueeze(1)) & (cand_j == 0)  # (A, 2K), one True or none
+        greedy_next = path.next(cand_beams, cand_j)  # (A, 2K)
 
         # 1) candidates ending with </s> within the top K become finished hypotheses (and
         # greedy's end, wherever it ranks)
@@ -285,10 +337,7 @@ def beam_search(
         going_on = cand_scores.masked_fill(cand_tokens == EOS, float("-inf"))
         scores, pick = going_on.topk(min(K, going_on.size(1)), dim=-1)  # (A, K); -inf: an empty slot
         rows, y = cand_rows.gather(1, pick), cand_tokens.gather(1, pick)  # (A, K)
-        kept_on = greedy_next.gather(1, pick) & torch.isfinite(scores)  # (A, K) greedy's path, if kept
-        # greedy's path neither ended in (1) nor goes on in (2): dropped
-        dropped += live.sent[(g >= 0) & ~(greedy_next & ends).any(1) & ~kept_on.any(1)].tolist()
-        g = torch.where(kept_on.any(1), kept_on.float().argmax(1), -1)  # (A,) its row in the next beam
+        path.follow(live.sent, greedy_next, ends, pick, scores)
 
         # 3) sentences that are done leave the batch: no live hypothesis can beat the finished
         bound = scores[:, 0] / ((5 + live.limit) / 6) ** length_penalty  # (A,) lp(limit) of the best live
@@ -300,10 +349,7 @@ def beam_search(
             break
         keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
         live = live.select(keep, rows, y, scores)
-        g = g if keep is None else g[keep]
-    if dropped:  # greedy's own outputs for the sentences whose beam dropped its path
-        idx = torch.tensor(dropped, device=device)
-        for b, h in zip(dropped, greedy(model, src[idx], src_len[idx], max_ratio), strict=True):
-            score = rank_score(h.logprob, len(h.tokens), h.alpha, length_penalty, coverage_penalty)
-            heapq.heappush(finished[b], (score, 1, Hypothesis(h.tokens, score, h.logprob, h.alpha)))
+        path.select(keep)
+    rank = lambda logprob, length, alpha: rank_score(logprob, length, alpha, length_penalty, coverage_penalty)  # noqa: E731
+    path.add_dropped(model, src, src_len, max_ratio, look, rank, finished)
     return [[h for _, _, h in heapq.nlargest(nbest, f)] for f in finished]

@@ -20,7 +20,7 @@ from ..config import Config, DecodeConfig, search_width
 from ..data.batch import pad
 from ..data.tokenizer import EOS, Tokenizer
 from ..device import autocast, resolve_precision
-from ..model.decoder import Decoder
+from ..model.decoder import Look
 from ..model.seq2seq import Seq2Seq
 from .ensemble import Ensemble
 from .search import Hypothesis, beam_search, greedy
@@ -79,11 +79,6 @@ class TextTranslator:
         nbest = nbest or self.decode.nbest
         beam = search_width(beam or self.decode.beam, nbest)
         length_penalty = self.decode.length_penalty if length_penalty is None else length_penalty
-        decoders = [m for m in self.model.modules() if isinstance(m, Decoder)]
-        if self.decode.hard_attention and not decoders:
-            raise ValueError("hard attention is not in the ONNX graphs: translate with --backend torch")
-        for module in decoders:  # decode.hard_attention, as set now
-            module.hard_attention = self.decode.hard_attention
         ids = self.source_ids(sentences)
         empty = Translation("", [], [], 0.0, None)
         results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
@@ -110,7 +105,7 @@ class TextTranslator:
             src, src_len, ratio = src.to(self.device), src_len.to(self.device), self.decode.max_ratio
             with autocast(self.device, self.precision), _search_threads(self.model):
                 if beam == 1 and nbest == 1:
-                    hyps = [[h] for h in greedy(self.model, src, src_len, ratio)]
+                    hyps = [[h] for h in greedy(self.model, src, src_len, ratio, self.look)]
                 else:  # never less than greedy (docs/search.md)
                     hyps = beam_search(
                         self.model,
@@ -122,9 +117,15 @@ class TextTranslator:
                         ratio,
                         self.decode.coverage_penalty,
                         at_least_greedy=True,
+                        look=self.look,
                     )
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
+
+    @property
+    def look(self) -> Look:
+        """How attention looks while this translator searches: `decode.hard_attention`."""
+        return Look(top_k=self.decode.hard_attention)
 
     def source_ids(self, sentences: list[str]) -> list[list[int]]:
         """Each sentence as the model reads it: its pieces' ids, cut to max_src_len, with </s>

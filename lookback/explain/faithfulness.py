@@ -3,8 +3,9 @@
 Jain & Wallace (2019) asked whether attention is explanation by changing the
 weights and watching the output; Wiegreffe & Pinter (2019) replied that such
 tests must be run on the model's own decisions. Here every test runs inside
-greedy decoding, through `Decoder.intervention`: at step t, after alpha_t is
-computed and before c_t = sum_i alpha_{t,i} h_i is formed, alpha_t becomes
+greedy decoding (search.greedy), the counterfactual handed to each decoder
+step as a `Look`: at step t, after alpha_t is computed and before
+c_t = sum_i alpha_{t,i} h_i is formed, alpha_t becomes
 
     uniform    1 / S on each of the S real source tokens;
     permute    its own weights, shuffled among the real tokens (seeded);
@@ -21,17 +22,14 @@ Two measurements:
    counterfactual. How far P(y_t) moves is the Jensen-Shannon divergence in
    bits (0: the same distribution, 1: disjoint); a flip is a step whose most
    probable token, the one greedy chose, changes.
-2. Whole outputs (`decode`): the set decoded greedily with the counterfactual
-   at every step, scored with BLEU against the references.
+2. Whole outputs (`decode`): the set decoded greedily (search.greedy) with the
+   counterfactual at every step, scored with BLEU against the references.
 
 A model without attention has no alpha to replace: it is the control, with
 divergence 0 and BLEU unchanged. Multi-head attention is changed head by
 head ('other' gives every head the donor's mean weights); local attention
 is changed inside its window, and has no 'other' (a donor's window lies
 elsewhere).
-
-The tests set `Decoder.intervention` on the model they measure: run them on
-a model that nothing else is translating with at the same time.
 
 Legend: B batch, Q queries per sentence, S source length, T output steps, V vocabulary.
 """
@@ -46,10 +44,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.batch import pad
-from ..data.tokenizer import BOS, EOS
+from ..data.tokenizer import BOS
 from ..decoding.evaluate import bleu_and_length, group_by_length
-from ..decoding.search import max_lengths, only_eos_at_limit, top_tokens
+from ..decoding.search import greedy
 from ..device import autocast
+from ..model.decoder import SOFT, Look
 from ..model.seq2seq import Seq2Seq
 
 COUNTERFACTUALS = ("uniform", "permute", "drop_max", "other")
@@ -107,70 +106,53 @@ def donor_order(lengths: list[int]) -> list[int]:
 
 
 class Counterfactual:
-    """A `Decoder.intervention` of one kind. For 'other', `donors` (B, T, S) holds each row's
-    lent weights per step (the last row repeats past its end) and `step` says which to use."""
+    """The weights that replace alpha_t, of one kind: a `Look.change`. For 'other', `donors`
+    (B, T, S) holds each sentence's lent weights per step (the last repeats past its end)."""
 
     def __init__(self, kind: str, donors: Tensor | None = None, seed: int = 0):
         if kind not in COUNTERFACTUALS:
             raise ValueError(f"unknown counterfactual {kind!r} (choose from {', '.join(COUNTERFACTUALS)})")
         if kind == "other" and donors is None:
             raise ValueError("the 'other' counterfactual needs the donors' weights")
-        self.kind, self.donors, self.step = kind, donors, 0
+        self.kind, self.donors = kind, donors
         self.generator = torch.Generator().manual_seed(seed)
 
-    def __call__(self, alpha: Tensor, mask: Tensor) -> Tensor:
+    def __call__(self, alpha: Tensor, mask: Tensor, step: int) -> Tensor:
+        """alpha (B, Q, S) at output step `step`, mask (B, S) -> the weights to use instead."""
         if self.kind == "uniform":
             return uniform(alpha, mask)
         if self.kind == "permute":
             return permute(alpha, mask, self.generator)
         if self.kind == "drop_max":
             return drop_max(alpha, mask)
-        lent = self.donors[:, min(self.step, self.donors.size(1) - 1)]  # (B, S)
-        return lent.to(alpha).unsqueeze(1).expand_as(alpha)  # every query (and head) of a row
+        lent = self.donors[:, min(step, self.donors.size(1) - 1)]  # (B, S)
+        return lent.to(alpha).unsqueeze(1).expand_as(alpha)  # every query (and head) of a sentence
 
-
-def _run(model: Seq2Seq, y: Tensor, enc, state, change: Counterfactual | None, t: int):
-    """One decoder step on tokens y (B, 1), with `change` in place of alpha at step t."""
-    if change is not None:
-        change.step = t
-    model.decoder.intervention = change
-    try:
-        return model.decoder(y, enc, state)
-    finally:
-        model.decoder.intervention = None
+    def index_select(self, idx: Tensor) -> Counterfactual:
+        """The same counterfactual for the sentences `idx` (search drops the finished ones)."""
+        if self.donors is None:
+            return self
+        kept = Counterfactual.__new__(Counterfactual)
+        kept.kind, kept.donors, kept.generator = self.kind, self.donors[idx.cpu()], self.generator
+        return kept
 
 
 @torch.no_grad()
 def decode(
     model: Seq2Seq, src: Tensor, src_len: Tensor, change: Counterfactual | None = None, max_ratio: float = 2.0
 ) -> tuple[list[list[int]], list[Tensor | None]]:
-    """Greedy decoding of src (B, S) with `change` at every step (None: as the model decodes).
-    Returns each sentence's output ids (without </s>) and its weights (T + 1, S), the </s>
-    step included (None without attention). Every row runs until the last one ends."""
+    """Greedy decoding (search.greedy) of src (B, S) with `change` at every step (None: as the
+    model decodes). Returns each sentence's output ids (without </s>) and, as the model decodes,
+    its weights (T + 1, S) along that output, the </s> step included, teacher-forced (None with
+    a change, or without attention)."""
     model.eval()
-    enc = model.encode(src, src_len)
-    state = model.decoder.init_state(enc)
-    limit = max_lengths(src_len, max_ratio)  # (B,)
-    y = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    ys, alphas = [], []
-    for t in range(int(limit.max())):
-        out = _run(model, y, enc, state, change, t)
-        _, y = only_eos_at_limit(*top_tokens(out.logits[:, -1], 1), t + 1 >= limit)  # (B, 1) as greedy picks
-        ys.append(y[:, 0])
-        alphas.append(None if out.alpha is None else out.alpha[:, -1].float())
-        done |= y[:, 0] == EOS
-        state = out.state
-        if done.all():
-            break
-    tokens = torch.stack(ys, 1).tolist()  # (B, T)
-    outputs, weights = [], []
-    for b, row in enumerate(tokens):
-        n = row.index(EOS) if EOS in row else len(row)
-        outputs.append(row[:n])
-        S = int(src_len[b])
-        weights.append(None if alphas[0] is None else torch.stack([a[b, :S] for a in alphas[: n + 1]]).cpu())
-    return outputs, weights
+    look = SOFT if change is None else Look(change=change)
+    outputs = [h.tokens for h in greedy(model, src, src_len, max_ratio, look)]
+    if change is not None or model.decoder.score is None:
+        return outputs, [None] * len(outputs)
+    y_in, _ = pad([[BOS, *out] for out in outputs])  # (B, T + 1)
+    alpha = model(src, src_len, y_in.to(src.device)).alpha.float()  # (B, T + 1, S)
+    return outputs, [alpha[b, : len(o) + 1, : int(src_len[b])].cpu() for b, o in enumerate(outputs)]
 
 
 def js_divergence(logp: Tensor, logq: Tensor) -> Tensor:
@@ -198,10 +180,11 @@ def step_effects(
     flips = {k: [] for k in changes}
     for t in range(y_in.size(1)):
         y = y_in[:, t : t + 1]
-        base = _run(model, y, enc, state, None, t)
+        base = model.decoder(y, enc, state)
         logp = F.log_softmax(base.logits[:, -1].float(), -1)  # (B, V)
         for kind, change in changes.items():
-            other = F.log_softmax(_run(model, y, enc, state, change, t).logits[:, -1].float(), -1)
+            other = model.decoder(y, enc, state, look=Look(change=change)).logits[:, -1]
+            other = F.log_softmax(other.float(), -1)
             divergence[kind].append(js_divergence(logp, other).cpu())
             flips[kind].append((other.argmax(-1) != logp.argmax(-1)).cpu())
         state = base.state

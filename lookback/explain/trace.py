@@ -91,7 +91,7 @@ def trace(
     enc = model.encode(src, torch.tensor([len(hyp.src_ids)], device=device))
     targets = [*hyp.ids, EOS]
     y_prev = torch.tensor([[BOS, *hyp.ids]], device=device)  # (1, T): teacher forcing of the output
-    out = dec(y_prev, enc, dec.init_state(enc))  # every step's s, e, alpha, c and logits
+    out = dec(y_prev, enc, dec.init_state(enc), look=translator.look)  # every step's s, e, alpha, c, logits
     p = torch.softmax(out.logits[0].float(), dim=-1)  # (T, V)
     c = out.c[0].float()  # (T, He)
     grads = attribute(model, hyp.src_ids, hyp.ids, n_steps=20, end=True)[0] if gradients else None

@@ -68,6 +68,29 @@ class DecoderState(NamedTuple):
         return hidden[-1]
 
 
+class Look(NamedTuple):
+    """How attention looks at inference: one small value that search hands each decoder step,
+    never set on the model. Training passes none, so it always attends softly.
+
+    top_k: keep each step's k largest weights, renormalised (hard attention, `decode.hard_attention`;
+        0: all of them, soft).
+    change: alpha (B, Q, S), src_mask (B, S), step t -> the weights to use instead
+        (explain/faithfulness.py's counterfactual attention); None: alpha as computed.
+    """
+
+    top_k: int = 0
+    change: Callable[[Tensor, Tensor, int], Tensor] | None = None
+
+    def index_select(self, idx: Tensor) -> Look:
+        """The same look for the sentences `idx` of the batch: a change that holds something per
+        sentence (a counterfactual's lent weights) follows them, as search drops finished ones."""
+        select = getattr(self.change, "index_select", None)
+        return self if select is None else self._replace(change=select(idx))
+
+
+SOFT = Look()  # attention as trained
+
+
 class DecoderOutput(NamedTuple):
     """What T decoder steps computed, in the notes' names; each (B, T, ...) along the steps."""
 
@@ -92,8 +115,6 @@ class Decoder(nn.Module):
         D = cfg.dec_hidden_size
         self.attention = cfg.attention
         self.normalizer = cfg.normalizer  # step (2): softmax, sparsemax or entmax15
-        self.hard_attention = 0  # at inference, keep each step's k largest weights (Translator sets it)
-        self.intervention = None  # at inference, alpha, mask -> another alpha (faithfulness.py sets it)
         self.attend_from = cfg.attend_from
         self.input_feeding = cfg.input_feeding
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
@@ -153,10 +174,11 @@ class Decoder(nn.Module):
         return DecoderState(hidden, torch.zeros_like(s0[0]), 0, coverage)
 
     def context(
-        self, s: Tensor, enc: EncoderOutput, step: int = 0, coverage: Tensor | None = None
+        self, s: Tensor, enc: EncoderOutput, step: int = 0, coverage: Tensor | None = None, look: Look = SOFT
     ) -> tuple[Tensor | None, Tensor | None, Tensor]:
         """e_t, alpha_t and c_t for queries s (R, T, D) at output steps step .. step + T - 1;
-        without attention None, None and the fixed c. `coverage` (R, S): past weights (T = 1).
+        without attention None, None and the fixed c. `coverage` (R, S): past weights (T = 1);
+        `look`: hard attention or a counterfactual, at inference.
 
         R is the batch, or in beam search K rows per sentence of enc, kept
         together: the source is then stored once per sentence, and the
@@ -170,8 +192,8 @@ class Decoder(nn.Module):
         Q = R // B * T  # queries per sentence: K beams x T steps
         q = s.reshape(B, Q, -1)  # (R, T, D) -> (B, Q, D)
         cov = None if coverage is None else coverage.view(B, Q, S)  # coverage steps: T = 1
-        top_k = 0 if self.training else self.hard_attention
-        change = None if self.training else self.intervention
+        top_k = look.top_k
+        change = None if look.change is None else lambda alpha, mask: look.change(alpha, mask, step)
         if self.window is None:
             e = self._score(q, enc.keys, cov)  # (1) (B, Q, S); H heads: (B, H*Q, S)
             c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k, transform=change)  # (2), (3)
@@ -224,16 +246,16 @@ class Decoder(nn.Module):
         return e, alpha, c.view(B, Q, -1)
 
     def _attend(
-        self, s: Tensor, enc: EncoderOutput, step: int, coverage: Tensor | None
+        self, s: Tensor, enc: EncoderOutput, step: int, coverage: Tensor | None, look: Look
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """e, alpha and c for the states s (B, T, D) of steps step .. step + T - 1, and the coverage
         after them. Without coverage the T steps attend at once; with it each step's scores read
         the weights of the steps before, so attention, and only attention, loops over them."""
         if coverage is None:
-            return *self.context(s, enc, step), None
+            return *self.context(s, enc, step, look=look), None
         steps = []
         for t in range(s.size(1)):
-            steps.append(self.context(s[:, t : t + 1], enc, step + t, coverage))  # each (B, 1, ...)
+            steps.append(self.context(s[:, t : t + 1], enc, step + t, coverage, look))  # each (B, 1, ...)
             coverage = coverage + steps[-1][1][:, 0]  # + alpha_t: (B, S)
         if len(steps) == 1:  # search's one step: its very tensors (diagnostics.probe takes dJ/de)
             return *steps[0], coverage
@@ -247,17 +269,19 @@ class Decoder(nn.Module):
         state: DecoderState,
         project: bool = True,
         stepwise: bool = False,
+        look: Look = SOFT,
     ) -> DecoderOutput:
         """Run T steps on the previous tokens y_prev (B, T): the whole target in teacher
         forcing, one token at a time in search. `project=False` leaves out the logits
         (the loss projects only the real target tokens); `stepwise` runs one step at a time
-        even where the decoder could run all at once (the same numbers, slower)."""
+        even where the decoder could run all at once (the same numbers, slower); `look`:
+        hard attention or a counterfactual, at inference."""
         if (self.parallel and not stepwise) or y_prev.size(1) == 1:
-            out = self._steps(y_prev, enc, state)
+            out = self._steps(y_prev, enc, state, look)
         else:
             steps = []
             for t in range(y_prev.size(1)):
-                steps.append(self._steps(y_prev[:, t : t + 1], enc, state))
+                steps.append(self._steps(y_prev[:, t : t + 1], enc, state, look))
                 state = steps[-1].state
             out = DecoderOutput.cat(steps)
         return out._replace(logits=self.project(out.s_tilde)) if project else out
@@ -266,7 +290,7 @@ class Decoder(nn.Module):
         """5) the logits of P(y_t) = softmax(W_o ~s_t): (..., D) -> (..., V)."""
         return self.out(self.dropout(s_tilde))
 
-    def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState) -> DecoderOutput:
+    def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, look: Look) -> DecoderOutput:
         """T decoder steps with one RNN call, without logits; T must be 1 unless `self.parallel`."""
         x = self.dropout(drop_words(self.embed(y_prev), self.word_dropout, self.training))  # (B, T, E)
         inputs, c, query = [x], None, None
@@ -275,14 +299,14 @@ class Decoder(nn.Module):
             inputs.append(c)
         elif self.attend_from == "previous":  # 1) c_t from s_{t-1}, before the step
             query = state.top().unsqueeze(1)  # (B, 1, D)
-            e, alpha, c = self.context(query, enc, state.step, state.coverage)  # (B, 1, He)
+            e, alpha, c = self.context(query, enc, state.step, state.coverage, look)  # (B, 1, He)
             inputs.append(c.to(x.dtype))
         if self.input_feeding:
             inputs.append(state.feed.unsqueeze(1))  # (B, 1, D)
         s, hidden = self.rnn(torch.cat(inputs, -1), state.hidden)  # 2) (B, T, D)
         coverage = state.coverage
         if c is None:  # 3) attend from the new state s_t
-            e, alpha, c, coverage = self._attend(s, enc, state.step, coverage)
+            e, alpha, c, coverage = self._attend(s, enc, state.step, coverage, look)
         elif coverage is not None:  # attended from s_{t-1} above, T = 1
             coverage = coverage + alpha[:, -1]  # (B, S)
         query = s if query is None else query

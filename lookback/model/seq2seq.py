@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..data.tokenizer import PAD
 from .coverage import coverage_loss
-from .decoder import Decoder, DecoderOutput
+from .decoder import SOFT, Decoder, DecoderOutput, Look
 from .encoder import Encoder, EncoderOutput
 from .guided import guided_loss
 from .sampling import mixed_inputs, sampled_forward
@@ -30,10 +30,11 @@ class Seq2Seq(nn.Module):
         """Encoder states, fixed context and precomputed attention keys for src (B, S)."""
         return self.decoder.prepare(self.encoder(src, src_len))
 
-    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> DecoderOutput:
-        """Teacher forcing: tgt_in (B, T) is <s> y*_1 .. y*_{T-1}; logits are (B, T, V)."""
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, look: Look = SOFT) -> DecoderOutput:
+        """Teacher forcing: tgt_in (B, T) is <s> y*_1 .. y*_{T-1}; logits are (B, T, V); attention
+        looks as `look` says (soft, as trained, by default)."""
         enc = self.encode(src, src_len)
-        return self.decoder(tgt_in, enc, self.decoder.init_state(enc))
+        return self.decoder(tgt_in, enc, self.decoder.init_state(enc), look=look)
 
     def loss(
         self,

@@ -77,9 +77,6 @@ def supports_onnx(model: nn.Module) -> None:
     """Raise ValueError when part of `model` is not in the ONNX graphs."""
     if not isinstance(model, Seq2Seq):
         raise ValueError("--backend onnxruntime runs one model; an ensemble runs on --backend torch")
-    d = model.decoder
-    if d.hard_attention or d.intervention is not None:
-        raise ValueError("hard attention and interventions are not in the ONNX graph; use --backend torch")
 
 
 def _require_onnxruntime():

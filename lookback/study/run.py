@@ -43,6 +43,7 @@ randomisation on the first seed's outputs, over the whole test set and by length
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 import logging
@@ -237,12 +238,12 @@ def evaluate_model(
 
 def _evaluate_hard(translator: Translator, src: list[str], ref: list[str], k: int) -> dict:
     """Greedy with only the k largest attention weights of each step kept: its buckets."""
-    soft = translator.decode.hard_attention
-    translator.decode.hard_attention = k
+    soft = translator.decode
+    translator.decode = dataclasses.replace(soft, hard_attention=k)  # this evaluation's, not the run's
     try:
         return evaluate_model(translator, src, ref, 1)[0]
     finally:
-        translator.decode.hard_attention = soft
+        translator.decode = soft
 
 
 def compression_rows(cfg: Config, buckets: dict[str, dict]) -> list[dict]:
