@@ -130,3 +130,17 @@ def set_threads(n: int) -> None:
     n = n or threads_per_process()
     if n:
         torch.set_num_threads(n)
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes this process can still allocate on `device`: the GPU's free memory, or the CPU's
+    available memory (Linux's MemAvailable; elsewhere the free physical pages)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -59,6 +60,17 @@ def test_translate_says_its_device_and_precision_and_bf16_translates(run, monkey
     bf16 = capsys.readouterr()
     assert "precision: bf16" in bf16.err
     assert len(bf16.out.splitlines()) == 2 and all(bf16.out.splitlines())
+
+
+def test_a_beam_of_a_million_is_one_line_at_once(run, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog runs .\n"))
+    start = time.perf_counter()
+    assert main(["translate", str(run[0]), "--beam", "1000000"]) == 2
+    assert time.perf_counter() - start < 5
+    out = capsys.readouterr()
+    where, error = out.err.strip().splitlines()  # where it runs, then the one error line
+    assert where.startswith("lookback: device: ") and out.out == ""
+    assert error.startswith("lookback: error: beam 1000000 is wider than the target vocabulary (")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")

@@ -8,7 +8,17 @@ import torch
 
 from lookback.data.batch import pad
 from lookback.data.tokenizer import BOS, EOS
-from lookback.decoding.search import BLOCK, beam_search, beam_step, greedy, lp, max_lengths, top_k, top_tokens
+from lookback.decoding.search import (
+    BLOCK,
+    beam_search,
+    beam_step,
+    check_search,
+    greedy,
+    lp,
+    max_lengths,
+    top_k,
+    top_tokens,
+)
 
 from .helpers import tiny_model
 
@@ -291,3 +301,15 @@ def test_at_least_greedy_is_the_better_of_beam_and_greedy(seed):
     for p, b, g in zip(plain, both, greedy_scores, strict=True):
         assert b.score == pytest.approx(max(p.score, g), abs=1e-5)
     assert any(p.score < g - 1e-4 for p, g in zip(plain, greedy_scores, strict=True))  # beam 2 lost some
+
+
+def test_a_search_that_cannot_fit_is_one_line_naming_the_limit():
+    with pytest.raises(ValueError, match=r"^beam 9000 is wider than the target vocabulary \(8000 pieces\)"):
+        check_search(9000, 1, 8000, 1, 20, 45, 256, free=2**40)
+    gib = 2**30
+    too_wide = r"needs about .* GiB, more than the 1.0 GiB free: use a beam of at most"
+    with pytest.raises(ValueError, match=too_wide):
+        check_search(5000, 1, 8000, 64, 40, 85, 256, free=gib)
+    with pytest.raises(ValueError, match="even one hypothesis per sentence does not fit"):
+        check_search(1, 1, 8000, 64, 40, 10**9, 256, free=gib)
+    check_search(5, 1, 8000, 64, 40, 85, 256, free=gib)  # the shipped decoding fits easily

@@ -119,6 +119,39 @@ def only_eos_at_limit(logp: Tensor, tokens: Tensor, eos: Tensor, at_limit: Tenso
     return logp, tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
 
 
+def search_bytes(sentences: int, beam: int, vocab: int, src_len: int, out_len: int, state_size: int) -> int:
+    """About how many bytes one step of beam search holds for `sentences` sentences: per row (a
+    sentence's `beam` hypotheses, and twice as many candidates), the logits and their
+    log-softmax over the vocabulary, the attention weights of every step so far, and the
+    decoder's states and their copies; float32, twice over for what the step frees late."""
+    rows = sentences * beam
+    per_row = 2 * vocab + out_len * src_len + 8 * state_size + 2 * out_len
+    return 2 * 4 * rows * per_row
+
+
+def check_search(
+    beam: int, nbest: int, vocab: int, sentences: int, src_len: int, out_len: int, state_size: int, free: int
+) -> None:
+    """A one-line ValueError when a search cannot run: a beam or an n-best list wider than the
+    target vocabulary, or one step that would need more memory than is `free`."""
+    if beam > vocab:
+        raise ValueError(
+            f"beam {beam} is wider than the target vocabulary ({vocab} pieces): use at most {vocab}"
+        )
+    if nbest > beam:
+        raise ValueError(f"nbest {nbest} is more than the beam {beam} holds")
+    need = search_bytes(sentences, beam, vocab, src_len, out_len, state_size)
+    if need <= free:
+        return
+    fits = beam * free // need  # the need grows with the beam
+    what = f"use a beam of at most {fits}" if fits else "even one hypothesis per sentence does not fit"
+    raise ValueError(
+        f"beam {beam} on {sentences} sentence(s) of up to {src_len} tokens, outputs of up to {out_len}, needs "
+        f"about {need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free: {what}; fewer sentences "
+        "at once (decode.batch_size) or a lower max_ratio need less"
+    )
+
+
 class Beam(NamedTuple):
     """The live hypotheses of the sentences still searched: A sentences, k rows each.
 

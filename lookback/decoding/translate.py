@@ -19,11 +19,11 @@ from torch import Tensor
 from ..config import Config, DecodeConfig, search_width
 from ..data.batch import pad
 from ..data.tokenizer import EOS, Tokenizer
-from ..device import autocast, resolve_precision
+from ..device import autocast, free_memory, resolve_precision
 from ..model.decoder import Look
 from ..model.seq2seq import Seq2Seq
 from .ensemble import Ensemble
-from .search import Hypothesis, beam_search, greedy
+from .search import Hypothesis, beam_search, check_search, greedy, max_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +99,10 @@ class TextTranslator:
         length_penalty: float,
     ) -> None:
         """Fill results[i] for each sentence i of `order`, in batches of similar lengths."""
+        free = free_memory(self.device)
         for start in range(0, len(order), self.decode.batch_size):
             chunk = order[start : start + self.decode.batch_size]  # similar lengths together
+            self._check(len(chunk), len(ids[chunk[0]]), beam, nbest, free)
             src, src_len = pad([ids[i] for i in chunk])
             src, src_len, ratio = src.to(self.device), src_len.to(self.device), self.decode.max_ratio
             with autocast(self.device, self.precision), _search_threads(self.model):
@@ -121,6 +123,14 @@ class TextTranslator:
                     )
             for i, hs in zip(chunk, hyps, strict=True):
                 results[i] = [self._translation(ids[i], h) for h in hs]
+
+    def _check(self, sentences: int, src_len: int, beam: int, nbest: int, free: int) -> None:
+        """A one-line error, before any work, when a batch cannot be searched: see check_search."""
+        decoder = self.model.decoder
+        vocab = decoder.out.out_features
+        out_len = int(max_lengths(torch.tensor([src_len]), self.decode.max_ratio))
+        state = getattr(decoder, "state_size", vocab // 8)  # D (ensembles and ONNX graphs: a bound)
+        check_search(beam, nbest, vocab, sentences, src_len, out_len, state, free)
 
     @property
     def look(self) -> Look:

@@ -112,7 +112,7 @@ class DecoderOutput(NamedTuple):
 class Decoder(nn.Module):
     def __init__(self, vocab_size: int, enc_size: int, cfg: ModelConfig):
         super().__init__()
-        D = cfg.dec_hidden_size
+        D = self.state_size = cfg.dec_hidden_size
         self.attention = cfg.attention
         self.normalizer = cfg.normalizer  # step (2): softmax, sparsemax or entmax15
         self.attend_from = cfg.attend_from
