@@ -120,7 +120,7 @@ def test_decode_is_greedy_and_its_weights_are_greedys(overrides):
     outputs, weights = decode(model, src, src_len)
     hyps = greedy(model, src, src_len)
     assert outputs == [h.tokens for h in hyps]
-    if model.decoder.score is None:
+    if not model.decoder.attends:
         assert weights == [None, None]
         return
     assert [w.shape for w in weights] == [(len(outputs[0]) + 1, 5), (len(outputs[1]) + 1, 3)]

@@ -37,8 +37,7 @@ class EnsembleDecoder(nn.Module):
     def __init__(self, models: list[Seq2Seq]):
         super().__init__()
         self.members = nn.ModuleList(m.decoder for m in models)
-        attending = [d.score for d in self.members if d.score is not None]
-        self.score = attending[0] if attending else None  # search asks only whether there is one
+        self.attends = any(d.attends for d in self.members)  # then the mean of the members' alphas
         self.out = self.members[0].out  # search reads V from it
 
     def init_state(self, enc: Members) -> Members:

@@ -146,9 +146,9 @@ def check_search(
     fits = beam * free // need  # the need grows with the beam
     what = f"use a beam of at most {fits}" if fits else "even one hypothesis per sentence does not fit"
     raise ValueError(
-        f"beam {beam} on {sentences} sentence(s) of up to {src_len} tokens, outputs of up to {out_len}, needs "
-        f"about {need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free: {what}; fewer sentences "
-        "at once (decode.batch_size) or a lower max_ratio need less"
+        f"beam {beam} on {sentences} sentence(s) of up to {src_len} tokens, outputs of up to {out_len}, "
+        f"needs about {need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free: {what}; fewer "
+        "sentences at once (decode.batch_size) or a lower max_ratio need less"
     )
 
 
@@ -180,7 +180,7 @@ class Beam(NamedTuple):
             enc=enc,
             scores=torch.zeros(B, 1, device=device),
             tokens=torch.full((B, 1), BOS, dtype=torch.long, device=device),
-            alpha=None if model.decoder.score is None else torch.zeros(B, 0, src.size(1), device=device),
+            alpha=None if not model.decoder.attends else torch.zeros(B, 0, src.size(1), device=device),
             state=model.decoder.init_state(enc),
             look=look,
         )

@@ -201,7 +201,7 @@ def forced_attention(
     output piece (</s> left out) and one column per source piece the model read; with its
     source and output pieces."""
     model = translator.model
-    if not isinstance(model, Seq2Seq) or model.decoder.score is None:
+    if not isinstance(model, Seq2Seq) or not model.decoder.attends:
         raise ValueError("alignment needs one model that attends (not attention: none, not an ensemble)")
     src_ids = translator.source_ids(srcs)
     tgt_ids = [translator.tgt_tok.encode(t)[: translator.max_src_len] for t in tgts]

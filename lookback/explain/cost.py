@@ -44,7 +44,7 @@ def step_flops(model: Seq2Seq, S: int) -> dict:
     state = dec.init_state(enc)
     y = torch.full((1, 1), BOS, device=device)
     step = _flops(lambda: dec(y, enc, state))
-    if dec.score is None:
+    if not dec.attends:
         keys = attention = 0
     else:
         keys = _flops(lambda: dec.score.keys(enc.h))

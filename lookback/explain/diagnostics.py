@@ -87,7 +87,7 @@ def probe(model: Seq2Seq, pairs: list, device: torch.device) -> dict[str, float]
     attention_stats, score_spread, score_grad and attention_grad (module docstring); {} without
     attention. The decoder runs one step at a time, as in search, so that each step's scores
     e_t are the very tensor its weights came from, whatever the decoder's wiring."""
-    if model.decoder.score is None or not pairs:
+    if not model.decoder.attends or not pairs:
         return {}
     was_training = model.training
     model.eval()

@@ -148,7 +148,7 @@ def decode(
     model.eval()
     look = SOFT if change is None else Look(change=change)
     outputs = [h.tokens for h in greedy(model, src, src_len, max_ratio, look)]
-    if change is not None or model.decoder.score is None:
+    if change is not None or not model.decoder.attends:
         return outputs, [None] * len(outputs)
     y_in, _ = pad([[BOS, *out] for out in outputs])  # (B, T + 1)
     alpha = model(src, src_len, y_in.to(src.device)).alpha.float()  # (B, T + 1, S)
@@ -199,7 +199,7 @@ def step_effects(
 def kinds_for(model: Seq2Seq, kinds: tuple[str, ...] = COUNTERFACTUALS) -> tuple[str, ...]:
     """The counterfactuals that apply to a model: none without attention (the control), and no
     'other' with a local window."""
-    if model.decoder.score is None:
+    if not model.decoder.attends:
         return ()
     return tuple(k for k in kinds if not (k == "other" and model.decoder.window is not None))
 

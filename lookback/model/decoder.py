@@ -125,9 +125,9 @@ class Decoder(nn.Module):
             if cfg.attention == "none"
             else build_score(cfg.attention, D, enc_size, cfg.attention_size, cfg.heads, cfg.coverage)
         )
-        local_window = self.score is not None and cfg.window != "global"
+        local_window = self.attends and cfg.window != "global"
         self.window = local.LocalWindow(cfg.window, cfg.window_size, D) if local_window else None
-        self.coverage = cfg.coverage and self.score is not None
+        self.coverage = cfg.coverage and self.attends
         feeds_context = cfg.attention == "none" or cfg.attend_from == "previous"  # fixed c, or c_t of s_{t-1}
         rnn_in = cfg.emb_size + (enc_size if feeds_context else 0) + (D if cfg.input_feeding else 0)
         layers = dict(
@@ -152,6 +152,11 @@ class Decoder(nn.Module):
         self.is_lstm = cfg.cell == "lstm"
 
     @property
+    def attends(self) -> bool:
+        """Whether the decoder has attention (a score), or works from the fixed context c."""
+        return self.score is not None
+
+    @property
     def parallel(self) -> bool:
         """Whether teacher forcing can run all T steps in one RNN call: the RNN reads neither c_t
         nor ~s_{t-1} (coverage is fine: only attention then steps, in `_attend`)."""
@@ -163,7 +168,7 @@ class Decoder(nn.Module):
 
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """Add the attention keys (e.g. U h), computed once per sentence."""
-        return enc if self.score is None else enc._replace(keys=self.score.keys(enc.h))
+        return enc._replace(keys=self.score.keys(enc.h)) if self.attends else enc
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         """s_0 = tanh(W_b c) in every layer; zero LSTM memory; zero attentional vector."""
@@ -186,7 +191,7 @@ class Decoder(nn.Module):
         """
         R, T, _ = s.shape
         B, S = enc.h.shape[:2]
-        if self.score is None:
+        if not self.attends:
             c = enc.c if R == B else enc.c.repeat_interleave(R // B, 0)  # (R, He)
             return None, None, c.unsqueeze(1).expand(-1, T, -1)  # (R, T, He)
         Q = R // B * T  # queries per sentence: K beams x T steps
@@ -294,7 +299,7 @@ class Decoder(nn.Module):
         """T decoder steps with one RNN call, without logits; T must be 1 unless `self.parallel`."""
         x = self.dropout(drop_words(self.embed(y_prev), self.word_dropout, self.training))  # (B, T, E)
         inputs, c, query = [x], None, None
-        if self.score is None:  # 1) the fixed context c, at every step
+        if not self.attends:  # 1) the fixed context c, at every step
             e, alpha, c = self.context(x, enc)
             inputs.append(c)
         elif self.attend_from == "previous":  # 1) c_t from s_{t-1}, before the step

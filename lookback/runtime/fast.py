@@ -197,7 +197,7 @@ class _DecoderGraph(nn.Module):
 def _names(model: Seq2Seq) -> dict[str, list[str]]:
     """The graphs' input and output names; which exist depends on the model's config."""
     d = model.decoder
-    attends, lstm, cov = d.score is not None, d.is_lstm, d.coverage
+    attends, lstm, cov = d.attends, d.is_lstm, d.coverage
     state = ["hidden", "cell"] if lstm else ["hidden"]
     source = ["h", "src_mask", "c"] + (["keys"] if attends else [])
     return {
@@ -355,7 +355,7 @@ class OnnxDecoder(nn.Module):
     def __init__(self, session, attends: bool, lstm: bool, coverage: bool, vocab: int):
         super().__init__()
         self.session = session
-        self.score = True if attends else None  # search asks only whether there is attention
+        self.attends = attends
         self.is_lstm, self.coverage = lstm, coverage
         self.out = _Out(vocab)
         self.inputs = [i.name for i in session.get_inputs()]  # unused inputs are left out of a graph
@@ -449,7 +449,7 @@ class OnnxSeq2Seq(nn.Module):
         self.names = _names(model)
         self.encoder_session = sessions["encoder"]
         self.decoder = OnnxDecoder(
-            sessions["decoder"], d.score is not None, d.is_lstm, d.coverage, d.out.out_features
+            sessions["decoder"], d.attends, d.is_lstm, d.coverage, d.out.out_features
         )
 
     def encode(self, src: Tensor, src_len: Tensor) -> OnnxEncoding:

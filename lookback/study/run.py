@@ -450,7 +450,7 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
     if stamp is None or (cached and cached["checkpoint"] == stamp and cached["settings"] == settings):
         return cached
     t = Translator.load(cfg.train.run_dir, precision=cfg.decode.precision)  # the study's, not the run's
-    attends = t.model.decoder.score is not None
+    attends = t.model.decoder.attends
     tests = {}
     for spec, (src, ref) in data.items():
         tests[spec] = {}
