@@ -30,7 +30,7 @@ from lookback.data.batch import collate, encode_corpus, token_batches
 from lookback.data.read import read_parallel
 from lookback.data.tokenizer import train_tokenizers
 from lookback.device import cpu_name
-from lookback.model.seq2seq import build_model
+from lookback.model.seq2seq import LossTerms, build_model
 from lookback.training.train import parameter_groups
 
 from .__main__ import versions
@@ -83,10 +83,10 @@ def main(argv: list[str] | None = None) -> None:
                     start = time.perf_counter()
                 t = cfg.train
                 optimizer.zero_grad(set_to_none=True)
-                loss = model.loss(
-                    batch.src, batch.src_len, batch.tgt_in, batch.tgt_out,
-                    coverage=t.coverage_loss, teacher_forcing=t.teacher_forcing, stepwise=t.stepwise,
-                )  # fmt: skip
+                terms = LossTerms(
+                    coverage=t.coverage_loss, teacher_forcing=t.teacher_forcing, stepwise=t.stepwise
+                )
+                loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, terms)
                 (loss / batch.n_tokens).backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
                 optimizer.step()

@@ -17,6 +17,7 @@ from lookback.model.coverage import (
     repeated_ngrams,
     running_coverage,
 )
+from lookback.model.seq2seq import LossTerms
 
 from .helpers import tiny_model
 from .test_model import PAIRS
@@ -84,7 +85,7 @@ def test_the_fast_coverage_path_gives_the_stepwise_loss_and_gradients(cell, wind
     for stepwise in (False, True):
         model = tiny_model(attention="additive", coverage=True, cell=cell, window=window, window_size=1)
         model.train()  # dropout 0 (tiny_model): nothing random
-        loss = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, coverage=1.0, stepwise=stepwise)
+        loss = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, LossTerms(coverage=1.0, stepwise=stepwise))
         loss.backward()
         with torch.no_grad():
             enc = model.encode(b.src, b.src_len)
@@ -101,7 +102,7 @@ def test_coverage_trains_with_its_loss_and_decodes_with_the_penalty():
     b = collate(PAIRS)
     plain = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out)
     torch.manual_seed(0)
-    with_cov = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, coverage=1.0)
+    with_cov = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, LossTerms(coverage=1.0))
     assert float(with_cov.detach()) > float(plain.detach())  # dropout 0: the difference is J_cov > 0
     with_cov.backward()
     assert model.decoder.score.w_c.weight.grad.abs().sum() > 0

@@ -12,6 +12,7 @@ import torch
 from lookback.config import TrainConfig, from_dict
 from lookback.data.tokenizer import PAD
 from lookback.model.guided import diagonal_prior, guide_at, guided_loss
+from lookback.model.seq2seq import LossTerms
 
 from .helpers import tiny_model, tiny_train_config
 
@@ -50,7 +51,7 @@ def test_the_model_loss_adds_the_weighted_guide_only_when_it_attends(attention):
     tgt_out = torch.tensor([[9, 10, 11, 2], [9, 10, 2, PAD]])
     with torch.no_grad():
         plain = model.loss(src, src_len, tgt_in, tgt_out)
-        guided = model.loss(src, src_len, tgt_in, tgt_out, guide=0.5)
+        guided = model.loss(src, src_len, tgt_in, tgt_out, LossTerms(guide=0.5))
         alpha = model(src, src_len, tgt_in).alpha
     if attention == "none":
         assert float(guided) == float(plain)

@@ -9,6 +9,7 @@ from lookback.config import ConfigError, from_dict
 from lookback.data.batch import collate
 from lookback.data.tokenizer import BOS
 from lookback.decoding.search import greedy
+from lookback.model.seq2seq import LossTerms
 
 from .helpers import tiny_model
 
@@ -180,7 +181,7 @@ def test_the_loss_sends_only_real_tokens_to_the_output_layer(feeding):
     )
     rows = []
     model.decoder.out.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
-    loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, label_smoothing=0.1)
+    loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, LossTerms(label_smoothing=0.1))
     assert loss.item() == pytest.approx(full.item(), rel=1e-5)
     assert rows == [batch.n_tokens] and batch.n_tokens == 6 + 2 + 3 < batch.tgt_out.numel()
 

@@ -11,6 +11,7 @@ from lookback.config import ConfigError, from_dict
 from lookback.data.batch import collate
 from lookback.data.tokenizer import PAD
 from lookback.model.sampling import mixed_inputs, sampled_forward, truth_probability
+from lookback.model.seq2seq import LossTerms
 
 from .helpers import tiny_model, tiny_train_config
 from .test_model import PAIRS
@@ -39,7 +40,7 @@ def test_ratio_one_is_teacher_forcing_exactly(attention, feeding):
     for ratio in (None, 1.0):
         torch.manual_seed(5)
         kw = {} if ratio is None else {"teacher_forcing": ratio}
-        losses.append(float(model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, **kw).detach()))
+        losses.append(float(model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, LossTerms(**kw)).detach()))
     assert losses[0] == losses[1]
 
 
@@ -52,7 +53,7 @@ def test_two_pass_sampling_with_ratio_one_is_teacher_forcing_exactly(attend_from
     for kw in ({}, {"teacher_forcing": 1.0}):
         model = tiny_model(attention="additive", attend_from=attend_from, dropout=0.3).train()
         torch.manual_seed(5)
-        loss = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, **kw)
+        loss = model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, LossTerms(**kw))
         loss.backward()
         results.append((float(loss), [p.grad for p in model.parameters()], torch.rand(1)))
     (tf, g_tf, r_tf), (ss, g_ss, r_ss) = results
@@ -78,7 +79,7 @@ def test_two_pass_mixes_truth_and_first_pass_draws_and_keeps_padding():
         drawn = mixed[:, 1:][changed]  # each a token the first pass gave weight to at its step
         assert (p[changed].gather(1, drawn.unsqueeze(1)) > 0).all()
     # the loss's two passes: only the second takes gradient, and it reaches the encoder
-    model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, teacher_forcing=0.5).backward()
+    model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, LossTerms(teacher_forcing=0.5)).backward()
     assert model.encoder.embed.weight.grad.abs().sum() > 0
 
 
@@ -107,7 +108,7 @@ def test_ratio_zero_feeds_the_models_own_samples():
 def test_the_loss_with_sampling_trains_and_reaches_the_encoder():
     model = tiny_model(attention="additive").train()
     b = collate(PAIRS)
-    model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, teacher_forcing=0.5).backward()
+    model.loss(b.src, b.src_len, b.tgt_in, b.tgt_out, LossTerms(teacher_forcing=0.5)).backward()
     assert model.encoder.embed.weight.grad.abs().sum() > 0
 
 

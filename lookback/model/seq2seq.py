@@ -8,16 +8,42 @@ Legend: B batch, S source length, T target length, V target vocabulary.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ModelConfig
+from ..config import ModelConfig, TrainConfig
 from ..data.tokenizer import PAD
-from .coverage import coverage_loss
+from .coverage import coverage_loss, coverage_weight
 from .decoder import SOFT, Decoder, DecoderOutput, Look
 from .encoder import Encoder, EncoderOutput
-from .guided import guided_loss
-from .sampling import mixed_inputs, sampled_forward
+from .guided import guide_at, guided_loss
+from .sampling import mixed_inputs, sampled_forward, truth_probability
+
+
+class LossTerms(NamedTuple):
+    """What the loss of one update adds up (Seq2Seq.loss), each term at its weight then."""
+
+    label_smoothing: float = 0.0  # of the cross-entropy
+    guide: float = 0.0  # guided alignment's weight (guided.py; 0: none)
+    coverage: float = 0.0  # the coverage loss's weight (coverage.py; 0: none)
+    teacher_forcing: float = 1.0  # scheduled sampling's eps (sampling.py; 1: teacher forcing)
+    stepwise: bool = False  # run the decoder one step at a time, as search does
+
+    @classmethod
+    def at(cls, t: TrainConfig, update: int) -> LossTerms:
+        """train's terms for the update after `update` updates: the one place they are computed."""
+        return cls(
+            t.label_smoothing,
+            guide_at(t, update + 1),
+            coverage_weight(t.coverage_loss, t.coverage_start, update + 1),
+            truth_probability(update, t.teacher_forcing, t.sampling_decay, t.sampling_k),
+            t.stepwise,
+        )
+
+
+PLAIN = LossTerms()  # cross-entropy alone, teacher-forced
 
 
 class Seq2Seq(nn.Module):
@@ -37,28 +63,21 @@ class Seq2Seq(nn.Module):
         return self.decoder(tgt_in, enc, self.decoder.init_state(enc), look=look)
 
     def loss(
-        self,
-        src: Tensor,
-        src_len: Tensor,
-        tgt_in: Tensor,
-        tgt_out: Tensor,
-        label_smoothing: float = 0.0,
-        guide: float = 0.0,
-        coverage: float = 0.0,
-        teacher_forcing: float = 1.0,
-        stepwise: bool = False,
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, terms: LossTerms = PLAIN
     ) -> Tensor:
-        """Summed cross-entropy J over the real target tokens of tgt_out (B, T), plus, when the
-        model attends, `guide` times the guided-alignment loss (guided.py) and `coverage` times
-        the coverage loss (coverage.py).
+        """Summed cross-entropy J over the real target tokens of tgt_out (B, T), with
+        `terms.label_smoothing`, plus, when the model attends, `terms.guide` times the
+        guided-alignment loss (guided.py) and `terms.coverage` times the coverage loss
+        (coverage.py).
 
-        `teacher_forcing` < 1 feeds the true previous token with that probability, else the
-        model's own (scheduled sampling, sampling.py: in two passes, or with `stepwise` one
-        step at a time). `stepwise` runs the decoder one step at a time, as search does, even
-        where it could run the whole target at once: the same loss, slower. Only the real
-        tokens reach the output layer: W_o and the softmax over V are most of the cost, and a
-        batch of sentences is often half padding.
+        `terms.teacher_forcing` < 1 feeds the true previous token with that probability, else
+        the model's own (scheduled sampling, sampling.py: in two passes, or with
+        `terms.stepwise` one step at a time). `terms.stepwise` runs the decoder one step at a
+        time, as search does, even where it could run the whole target at once: the same loss,
+        slower. Only the real tokens reach the output layer: W_o and the softmax over V are most
+        of the cost, and a batch of sentences is often half padding.
         """
+        label_smoothing, guide, coverage, teacher_forcing, stepwise = terms
         enc = self.encode(src, src_len)
         state = self.decoder.init_state(enc)
         real = tgt_out != PAD  # (B, T)

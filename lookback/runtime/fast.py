@@ -448,9 +448,7 @@ class OnnxSeq2Seq(nn.Module):
         d = model.decoder
         self.names = _names(model)
         self.encoder_session = sessions["encoder"]
-        self.decoder = OnnxDecoder(
-            sessions["decoder"], d.attends, d.is_lstm, d.coverage, d.out.out_features
-        )
+        self.decoder = OnnxDecoder(sessions["decoder"], d.attends, d.is_lstm, d.coverage, d.out.out_features)
 
     def encode(self, src: Tensor, src_len: Tensor) -> OnnxEncoding:
         outs = self.encoder_session.run(None, {"src": src.numpy(), "src_len": src_len.numpy()})

@@ -74,22 +74,8 @@ class LossModule(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(
-        self,
-        src: Tensor,
-        src_len: Tensor,
-        tgt_in: Tensor,
-        tgt_out: Tensor,
-        label_smoothing: float,
-        guide: float,
-        coverage: float = 0.0,
-        teacher_forcing: float = 1.0,
-        stepwise: bool = False,
-    ) -> Tensor:
-        weights = dict(label_smoothing=label_smoothing, guide=guide, coverage=coverage)
-        return self.model.loss(
-            src, src_len, tgt_in, tgt_out, teacher_forcing=teacher_forcing, stepwise=stepwise, **weights
-        )
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, terms) -> Tensor:
+        return self.model.loss(src, src_len, tgt_in, tgt_out, terms)
 
 
 def wrap(model: nn.Module, device: torch.device) -> nn.Module:

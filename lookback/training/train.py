@@ -39,10 +39,7 @@ from ..decoding.translate import TextTranslator
 from ..device import autocast, describe, resolve_device, resolve_precision, set_threads
 from ..errors import CheckpointError, NonFiniteLoss
 from ..explain.diagnostics import probe
-from ..model.coverage import coverage_weight
-from ..model.guided import guide_at
-from ..model.sampling import truth_probability
-from ..model.seq2seq import Seq2Seq, build_model, count_parameters
+from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
 from .checkpoint import RunDir, require_tensorboard
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals
@@ -185,9 +182,7 @@ class Trainer:
         """
         self.loss_module.train()
         t = self.cfg.train
-        guide = guide_at(t, self.progress.step + 1)  # guided alignment's weight (0: off)
-        coverage = coverage_weight(t.coverage_loss, t.coverage_start, self.progress.step + 1)
-        eps = truth_probability(self.progress.step, t.teacher_forcing, t.sampling_decay, t.sampling_k)
+        terms = LossTerms.at(t, self.progress.step)  # guided alignment, coverage, scheduled sampling now
         self.optimizer.zero_grad(set_to_none=True)
         (tokens,) = self.ranks.sum([sum(b.n_tokens for b in batches)])
         per_rank = tokens / self.ranks.world  # mean over tokens: steps do not depend on batch shape
@@ -197,17 +192,7 @@ class Trainer:
             # DDP averages the gradients once, in the backward of the last batch
             with distributed.no_sync(self.loss_module, i == len(batches) - 1):
                 with autocast(self.device, self.precision):
-                    loss = self.loss_module(
-                        batch.src,
-                        batch.src_len,
-                        batch.tgt_in,
-                        batch.tgt_out,
-                        t.label_smoothing,
-                        guide,
-                        coverage,
-                        eps,
-                        t.stepwise,
-                    )
+                    loss = self.loss_module(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, terms)
                 self.scaler.scale(loss / per_rank).backward()
             total += float(loss.detach())
         self.scaler.unscale_(self.optimizer)  # the true gradients (a no-op unless fp16)
@@ -261,9 +246,7 @@ class Trainer:
         t, lr = self.cfg.train, self.optimizer.param_groups[0]["lr"]
         extra = {}
         if t.teacher_forcing < 1:  # scheduled sampling's eps_i (a decay needs a floor below 1)
-            extra["teacher_forcing"] = truth_probability(
-                self.progress.step, t.teacher_forcing, t.sampling_decay, t.sampling_k
-            )
+            extra["teacher_forcing"] = LossTerms.at(t, self.progress.step).teacher_forcing
         ppl = math.exp(min(loss, 50))
         self._metrics(kind="train", loss=loss, ppl=ppl, tokens_per_s=tok_s, lr=lr, **extra)
         if bar.disable and self.ranks.main and self.progress.seconds >= self._line_at:  # no bar: a line
