@@ -31,7 +31,7 @@ from lookback.data.read import read_parallel
 from lookback.data.tokenizer import train_tokenizers
 from lookback.device import cpu_name
 from lookback.model.seq2seq import LossTerms, build_model
-from lookback.training.train import parameter_groups
+from lookback.training.schedule import parameter_groups
 
 from .__main__ import versions
 from .common import cpu_flags, write_json

@@ -240,7 +240,7 @@ def test_a_changed_learning_rate_and_schedule_apply_on_resume(tmp_path):
     )
     trainer = Trainer(from_dict(raw), resume=True)  # no refusal: lr and schedule may change
     assert trainer.optimizer.param_groups[0]["lr"] == 0.002
-    assert trainer.scheduler.patience == 5
+    assert trainer.lr.plateau.patience == 5
     trainer.train()
     assert records(trainer.run, "train")[-1]["lr"] == 0.002
 

@@ -10,7 +10,7 @@ import torch
 from lookback.config import ConfigError, TrainConfig, from_dict
 from lookback.errors import CheckpointError
 from lookback.training import train as train_module
-from lookback.training.schedule import lr_at
+from lookback.training.schedule import LearningRate, lr_at
 from lookback.training.train import Trainer
 
 from .helpers import tiny_train_config
@@ -61,13 +61,13 @@ def test_training_sets_the_rate_on_its_clock_which_a_resumed_run_continues(tmp_p
     """The trainer gives the schedule its training time: from 0, rising, and after a resume
     from the time the checkpoint kept, not from 0 again."""
     calls: list[tuple[int, float]] = []
-    real_set_lr = train_module.set_lr
+    real_before_update = LearningRate.before_update
 
-    def spy(optimizer, cfg, step, seconds):
+    def spy(self, step, seconds):
         calls.append((step, seconds))
-        real_set_lr(optimizer, cfg, step, seconds)
+        real_before_update(self, step, seconds)
 
-    monkeypatch.setattr(train_module, "set_lr", spy)
+    monkeypatch.setattr(LearningRate, "before_update", spy)
     train = {"max_steps": 0, "valid_every": 6, "schedule": "cosine", "time_limit": 60}  # by the clock
     stop_at = [6]
     real = train_module.stop_reason

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.optim.lr_scheduler import ReduceLROnPlateau
 from tqdm import tqdm
 
-from ..config import Config, TrainConfig, save_config
+from ..config import Config, save_config
 from ..data.batch import Batch, UpdatePlan, curriculum_batches, encode_corpus
 from ..data.read import iter_parallel, read_parallel, sample_pairs
 from ..data.store import prepare_store
@@ -43,7 +42,7 @@ from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
 from .checkpoint import RunDir, require_tensorboard
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals
-from .schedule import set_lr
+from .schedule import LearningRate, parameter_groups
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +61,19 @@ class Trainer:
             require_tensorboard()  # fails now, in one line, without the package
             self.run.tensorboard = True
         saved = self.run.resumable(cfg, self.ranks.world, accept_changes) if resume else None
-        # 1) data and tokenizers (trained on the training split, kept in the run directory)
-        d = cfg.data
+        self._build_data(resume)
+        self._build_model()
+        self.run.check_space(3 * 4 * count_parameters(self.model) + 2**20)  # weights, Adam's moments
+        self.progress = Progress()
+        if saved:
+            self._restore(*saved)
+        if self.ranks.main:
+            save_config(cfg, self.run.path / "config.yaml")
+
+    def _build_data(self, resume: bool) -> None:
+        """The tokenizers (trained on the training split, kept in the run directory), the training
+        pairs and the plan of every update's batches, and the validation set."""
+        cfg, d = self.cfg, self.cfg.data
         # data.store: the corpus is streamed, never held; else read whole, as small corpora are
         train_text = None if d.store else read_parallel(d.train, d.src_lang, d.tgt_lang, d.multi30k_dir)
         valid = read_parallel(d.valid, d.src_lang, d.tgt_lang, d.multi30k_dir)  # a bad path fails now
@@ -91,7 +101,11 @@ class Trainer:
         # epoch -> its batches, short pairs only in the first epochs under train.curriculum
         epoch_batches = partial(curriculum_batches, lengths, t.max_tokens, t.seed, t.curriculum)
         self.plan = UpdatePlan(self.train_pairs, epoch_batches, world * t.accumulate, rank, world)
-        # 2) model, optimiser, scheduler
+
+    def _build_model(self) -> None:
+        """The model, its loss (in DDP under torchrun), Adam and the learning rate's owner, the
+        fp16 scaler, and the translator that validations decode with."""
+        cfg, t = self.cfg, self.cfg.train
         torch.manual_seed(cfg.train.seed)
         self.model: Seq2Seq = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
         self.model.to(self.device)
@@ -102,10 +116,7 @@ class Trainer:
             self.loss_module = torch.compile(self.loss_module, dynamic=True)
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
         self.optimizer = torch.optim.Adam(parameter_groups(self.model, t), lr=cfg.train.lr)
-        # train.schedule plateau: lower the learning rate when validation BLEU stops rising
-        self.scheduler = ReduceLROnPlateau(
-            self.optimizer, "max", t.lr_factor, t.lr_patience, min_lr=self._min_lrs()
-        )
+        self.lr = LearningRate(self.optimizer, t)  # the rate's one owner
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.translator = TextTranslator(  # validations decode in the precision training runs in
@@ -117,12 +128,6 @@ class Trainer:
             device=self.device,
             precision=self.precision,
         )
-        self.run.check_space(3 * 4 * count_parameters(self.model) + 2**20)  # weights, Adam's moments
-        self.progress = Progress()
-        if saved:
-            self._restore(*saved)
-        if self.ranks.main:
-            save_config(cfg, self.run.path / "config.yaml")
 
     # -- the loop ----------------------------------------------------------------
 
@@ -139,7 +144,7 @@ class Trainer:
             while not reason:
                 start = time.perf_counter()
                 batches = next(updates)
-                set_lr(self.optimizer, cfg, p.step + 1, p.seconds)  # warm-up and the schedule's shape
+                self.lr.before_update(p.step + 1, p.seconds)  # warm-up and the schedule's shape
                 loss = self.train_step(*batches)
                 window.add(loss, batches, time.perf_counter() - start)
                 self._advance(clock, bar)
@@ -243,7 +248,7 @@ class Trainer:
         loss_sum, tokens = self.ranks.sum([window.loss, window.tokens])
         loss, tok_s = loss_sum / max(tokens, 1), tokens / max(window.seconds, 1e-9)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", epoch=self.progress.epoch)
-        t, lr = self.cfg.train, self.optimizer.param_groups[0]["lr"]
+        t, lr = self.cfg.train, self.lr.now
         extra = {}
         if t.teacher_forcing < 1:  # scheduled sampling's eps_i (a decay needs a floor below 1)
             extra["teacher_forcing"] = LossTerms.at(t, self.progress.step).teacher_forcing
@@ -309,9 +314,8 @@ class Trainer:
 
     def _track(self, bleu: float) -> bool:
         """The learning-rate schedule, best BLEU and early stopping; True if `bleu` is the best yet."""
-        p, t = self.progress, self.cfg.train
-        if t.schedule == "plateau" and p.step > t.warmup:
-            self.scheduler.step(bleu)
+        p = self.progress
+        self.lr.after_validation(p.step, bleu)
         if bleu > p.best_bleu:
             p.best_bleu, p.bad_validations = bleu, 0
             return True
@@ -323,7 +327,7 @@ class Trainer:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "scheduler": self.lr.state_dict(),
             "progress": asdict(self.progress),
             **self.ranks.rng_state(self.device, self.rank_rng),
             "scaler": self.scaler.state_dict(),
@@ -333,10 +337,6 @@ class Trainer:
     def save(self, name: str) -> None:
         """best.pt or last.pt (rank 0 writes); the last.pt before is kept as prev.pt."""
         self.run.save(name, self.state())
-
-    def _min_lrs(self) -> list[float]:
-        """train.min_lr for each parameter group, times the group's scale."""
-        return [self.cfg.train.min_lr * g.get("lr_scale", 1.0) for g in self.optimizer.param_groups]
 
     def _restore(self, state: dict[str, Any], saved: Config) -> None:
         cfg = self.cfg.train
@@ -349,14 +349,7 @@ class Trainer:
                 f"rate; resume with --set train.attention_lr=1 to train it as it was"
             )
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        # the schedule of this config, not the saved one; a changed learning rate applies from now
-        self.scheduler.factor, self.scheduler.patience = cfg.lr_factor, cfg.lr_patience
-        self.scheduler.min_lrs = self._min_lrs()
-        if cfg.lr != saved.train.lr:
-            logger.info("learning rate %g -> %g (train.lr changed)", saved.train.lr, cfg.lr)
-            for group in self.optimizer.param_groups:
-                group["lr"] = cfg.lr * group.get("lr_scale", 1.0)
+        self.lr.load_state_dict(state["scheduler"], saved.train.lr)
         self.progress = Progress(**{**state["progress"], "done": False})  # a larger budget goes on
         self.plan.epoch, self.plan.batch = self.progress.epoch, self.progress.batch
         self.ranks.restore_rng(state, self.device, cfg.seed)
@@ -364,20 +357,6 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         p = self.progress
         logger.info("resumed from step %d (epoch %d, batch %d)", p.step, p.epoch, p.batch)
-
-
-def parameter_groups(model: Seq2Seq, cfg: TrainConfig) -> list[dict[str, Any]]:
-    """Adam's parameter groups: the attention's own parameters (the score's and a local window's)
-    at the rate times their `lr_scale` (train.attention_lr, else the score's own), the rest at
-    the rate."""
-    d = model.decoder
-    scale = cfg.attention_lr if cfg.attention_lr is not None else getattr(d.score, "lr_scale", 1.0)
-    own = d.attention_parameters()
-    if scale == 1.0 or not own:
-        return [{"params": list(model.parameters())}]
-    ids = {id(p) for p in own}
-    rest = [p for p in model.parameters() if id(p) not in ids]
-    return [{"params": rest}, {"params": own, "lr_scale": scale, "lr": cfg.lr * scale}]
 
 
 def train(cfg: Config, resume: bool = False, accept_changes: bool = False) -> Path:
