@@ -27,9 +27,21 @@ from .yamlfile import read_yaml
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # 1e-3, which YAML 1.1 leaves a string
 
 
-def ranged(default: Any, test: Callable[[Any], bool], expected: str) -> Any:
+def ranged(default: Any, test: Callable[[Any], bool], expected: str | Callable[[], str]) -> Any:
     """A field whose value, once of the right type, must pass `test`; else a problem says `expected`."""
     return field(default=default, metadata={"check": (test, expected)})
+
+
+# The names some keys accept, each from the registry of the module that defines them:
+# model/attention.py adds "model.attention" (its SCORES, with "none"), so that a registered score
+# is a valid config value. The package imports that module before any config is read.
+NAMES: dict[str, Callable[[], list[str]]] = {}
+
+
+def named(default: str, key: str) -> Any:
+    """A string that must be one of the names registered for `key` in NAMES."""
+    names = lambda: NAMES[key]()  # noqa: E731  (read when checked: registrations come later)
+    return ranged(default, lambda v: v in names(), lambda: "one of " + ", ".join(names()))
 
 
 def at_least(default: int | float, lo: int) -> Any:
@@ -101,7 +113,7 @@ class ModelConfig:
     bidirectional: bool = True  # encoder reads both ways; h_i = [fwd_i; bwd_i]
     dropout: float = ranged(0.3, *_FRACTION)  # on embeddings, between layers and before the output layer
     word_dropout: float = ranged(0.0, *_FRACTION)  # zero whole source and target words in training
-    attention: Literal["none", "dot", "scaled_dot", "general", "additive"] = "additive"  # score(s, h)
+    attention: str = named("additive", "model.attention")  # score(s, h): none, or a name in attention.SCORES
     normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"  # scores e -> weights alpha
     attention_size: int = at_least(256, 1)  # additive: size of W s + U h; multi-head: of all heads' q, k
     heads: int = at_least(1, 1)  # scaled_dot: attention heads, each attention_size / heads wide
@@ -300,6 +312,7 @@ def _check_ranges(obj: Any, prefix: str, problems: list[str]) -> None:
         elif f.metadata.get("check") and not any(p.startswith(dotted + ":") for p in problems):
             test, expected = f.metadata["check"]
             if not test(value):
+                expected = expected() if callable(expected) else expected
                 problems.append(f"{dotted}: got {_show(value)}, expected {expected}")
 
 

@@ -5,7 +5,18 @@ import math
 import pytest
 import torch
 
-from lookback.model.attention import AdditiveScore, DotScore, GeneralScore, attend, build_score, tanh
+from lookback.config import ConfigError, ModelConfig, from_dict
+from lookback.model.attention import (
+    SCORES,
+    AdditiveScore,
+    DotScore,
+    GeneralScore,
+    Score,
+    attend,
+    build_score,
+    register_score,
+    tanh,
+)
 
 # The notes' worked example: decoder state and three encoder states (The, cat, sat).
 S_NOTES = torch.tensor([[[0.5, -0.2, 0.8]]])  # (B=1, T=1, D=3)
@@ -69,7 +80,7 @@ def test_tanh_through_sigmoid_is_tanh():
 @pytest.mark.parametrize("kind", ["dot", "general", "additive"])
 def test_weights_sum_to_one_and_ignore_padding(kind):
     torch.manual_seed(0)
-    score = build_score(kind, dec_size=6, enc_size=6, attention_size=5)
+    score = build_score(6, 6, ModelConfig(attention=kind, attention_size=5))
     h = torch.randn(2, 4, 6)
     s = torch.randn(2, 3, 6)
     mask = torch.tensor([[True, True, True, True], [True, True, False, False]])
@@ -82,3 +93,27 @@ def test_weights_sum_to_one_and_ignore_padding(kind):
     h2[1, 2:] = 100.0
     c2, alpha2 = attend(score(s, score.keys(h2)), h2, mask)
     assert torch.allclose(c2[1], c[1]) and torch.allclose(alpha2[1], alpha[1])
+
+
+class HalfDot(Score):
+    """A score written outside the package: e = (s . h) / 2."""
+
+    def forward(self, s, keys, coverage=None):
+        return s @ keys.transpose(1, 2) / 2
+
+
+def test_a_registered_score_is_a_config_value_and_builds():
+    with pytest.raises(ConfigError, match=r"model.attention: got 'halfdot', expected one of none, dot, "):
+        from_dict({"model": {"attention": "halfdot"}})
+    register_score("halfdot", HalfDot)
+    try:
+        cfg = from_dict({"model": {"attention": "halfdot", "hidden_size": 8, "dec_hidden_size": 16}})
+        score = build_score(16, 16, cfg.model)
+    finally:
+        SCORES.pop("halfdot")
+    s, h = torch.randn(1, 2, 16), torch.randn(1, 3, 16)
+    assert isinstance(score, HalfDot) and torch.allclose(score(s, h), (s @ h.transpose(1, 2)) / 2)
+    with pytest.raises(TypeError, match="expected a subclass of Score"):
+        register_score("nothing", object)
+    with pytest.raises(ValueError, match="'none' is attention without a score"):
+        register_score("none", HalfDot)

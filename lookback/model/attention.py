@@ -31,10 +31,13 @@ import entmax
 import torch
 from torch import Tensor, nn
 
+from ..config import NAMES, ModelConfig
+
 
 class Score(nn.Module):
-    """score(s, h) -> e. Subclasses give the formula in their docstring; every one is built
-    from the sizes of s (dec_size), h (enc_size) and, for additive, its own layer.
+    """score(s, h) -> e. Subclasses give the formula in their docstring; each is built by
+    `build` from the sizes of s (dec_size) and h (enc_size) and the model's config, and named
+    in SCORES, the one registry (`register_score` adds to it).
 
     `lr_scale`: the score's own parameters learn at train.lr times this, unless
     train.attention_lr says otherwise (see GeneralScore for why one score needs it).
@@ -47,15 +50,18 @@ class Score(nn.Module):
     def h_gain(enc_size: int) -> float:
         return 1.0
 
-    def __init__(self, dec_size: int = 0, enc_size: int = 0, attention_size: int = 0):
-        super().__init__()
+    @classmethod
+    def build(cls, dec_size: int, enc_size: int, cfg: ModelConfig) -> Score:
+        """The score for states s of dec_size and h of enc_size, as `cfg` (model.*) says."""
+        return cls()
 
     def keys(self, h: Tensor) -> Tensor:
         """Precompute what depends on the encoder alone: (B, S, He) -> (B, S, *)."""
         return h
 
-    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
-        """Scores e of shape (B, T, S) for queries s (B, T, D)."""
+    def forward(self, s: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
+        """Scores e of shape (B, T, S) for queries s (B, T, D); `coverage` (B, T, S), the sum of
+        past weights that the decoder state carries, is given to a score built to read it."""
         raise NotImplementedError
 
 
@@ -73,7 +79,7 @@ class DotScore(Score):
     def h_gain(enc_size: int) -> float:
         return enc_size**-0.5
 
-    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
+    def forward(self, s: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
         return s @ keys.transpose(1, 2)  # (B, T, D) x (B, D, S) -> (B, T, S)
 
 
@@ -83,7 +89,14 @@ class ScaledDotScore(Score):
     Dividing by sqrt(d) keeps the scores' spread near 1 when s and h have unit-variance
     entries, however large d is, so softmax does not start out saturated."""
 
-    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
+    @classmethod
+    def build(cls, dec_size: int, enc_size: int, cfg: ModelConfig) -> Score:
+        """With model.heads > 1: multi-head."""
+        if cfg.heads > 1:
+            return MultiHeadScore(dec_size, enc_size, cfg.attention_size, cfg.heads)
+        return cls()
+
+    def forward(self, s: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
         return s @ keys.transpose(1, 2) / math.sqrt(s.size(-1))  # (B, T, S)
 
 
@@ -119,7 +132,7 @@ class MultiHeadScore(Score):
     def keys(self, h: Tensor) -> Tensor:
         return self.W_k(h)  # (B, S, He) -> (B, S, A): every head's W^K_i h, side by side
 
-    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
+    def forward(self, s: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
         (B, T, _), S = s.shape, keys.size(1)
         q = self.W_q(s).view(B, T, self.heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
         k = keys.view(B, S, self.heads, self.d_k).transpose(1, 2)  # (B, H, S, d_k)
@@ -151,14 +164,18 @@ class GeneralScore(Score):
     lr_scale = 0.01
     h_gain = staticmethod(DotScore.h_gain)  # h at a norm of about 1, as for dot
 
-    def __init__(self, dec_size: int, enc_size: int, attention_size: int = 0):
+    def __init__(self, dec_size: int, enc_size: int):
         super().__init__()
         self.W = nn.Linear(enc_size, dec_size, bias=False)
+
+    @classmethod
+    def build(cls, dec_size: int, enc_size: int, cfg: ModelConfig) -> Score:
+        return cls(dec_size, enc_size)
 
     def keys(self, h: Tensor) -> Tensor:
         return self.W(h)  # (B, S, He) -> (B, S, D): W h once per sentence
 
-    def forward(self, s: Tensor, keys: Tensor) -> Tensor:
+    def forward(self, s: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
         return s @ keys.transpose(1, 2)  # (B, T, D) x (B, D, S) -> (B, T, S)
 
 
@@ -176,6 +193,11 @@ class AdditiveScore(Score):
         self.U = nn.Linear(enc_size, attention_size)
         self.v = nn.Linear(attention_size, 1, bias=False)
         self.w_c = nn.Linear(1, attention_size, bias=False) if coverage else None
+
+    @classmethod
+    def build(cls, dec_size: int, enc_size: int, cfg: ModelConfig) -> Score:
+        """With model.coverage: See et al.'s coverage term."""
+        return cls(dec_size, enc_size, cfg.attention_size, cfg.coverage)
 
     def init_bahdanau(self) -> None:
         """Bahdanau et al. 2015, B.1: W and U drawn from N(0, 0.001^2), v and the bias zero, so
@@ -207,24 +229,27 @@ def tanh(x: Tensor) -> Tensor:
     return torch.sigmoid(x * 2) * 2 - 1
 
 
-SCORES: dict[str, type[Score]] = {
+SCORES: dict[str, type[Score]] = {  # model.attention -> its score: the one registry
     "dot": DotScore,
     "scaled_dot": ScaledDotScore,
     "general": GeneralScore,
     "additive": AdditiveScore,
 }
+NAMES["model.attention"] = lambda: ["none", *SCORES]  # the config's choices come from it
 
 
-def build_score(
-    kind: str, dec_size: int, enc_size: int, attention_size: int, heads: int = 1, coverage: bool = False
-) -> Score:
-    """The scoring module named by `model.attention` (scaled_dot with heads > 1: multi-head;
-    additive with `coverage`: See et al.'s coverage term)."""
-    if heads > 1:
-        return MultiHeadScore(dec_size, enc_size, attention_size, heads)
-    if coverage:
-        return AdditiveScore(dec_size, enc_size, attention_size, coverage=True)
-    return SCORES[kind](dec_size, enc_size, attention_size)
+def register_score(name: str, score: type[Score]) -> None:
+    """Make `score` (a Score subclass) the score of `model.attention: name`."""
+    if not (isinstance(score, type) and issubclass(score, Score)):
+        raise TypeError(f"register_score({name!r}, ...): expected a subclass of Score, got {score!r}")
+    if name == "none":
+        raise ValueError("'none' is attention without a score: register the score under another name")
+    SCORES[name] = score
+
+
+def build_score(dec_size: int, enc_size: int, cfg: ModelConfig) -> Score:
+    """The score that `model.attention` names, for states s of dec_size and h of enc_size."""
+    return SCORES[cfg.attention].build(dec_size, enc_size, cfg)
 
 
 def sparsemax(e: Tensor) -> Tensor:

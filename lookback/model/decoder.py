@@ -120,11 +120,7 @@ class Decoder(nn.Module):
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
         self.bridge = nn.Linear(enc_size, D)  # W_b
         self.heads = cfg.heads
-        self.score = (
-            None
-            if cfg.attention == "none"
-            else build_score(cfg.attention, D, enc_size, cfg.attention_size, cfg.heads, cfg.coverage)
-        )
+        self.score = None if cfg.attention == "none" else build_score(D, enc_size, cfg)
         local_window = self.attends and cfg.window != "global"
         self.window = local.LocalWindow(cfg.window, cfg.window_size, D) if local_window else None
         self.coverage = cfg.coverage and self.attends
@@ -212,7 +208,7 @@ class Decoder(nn.Module):
 
     def _score(self, q: Tensor, keys: Tensor, cov: Tensor | None) -> Tensor:
         """(1) e for queries q (B, Q, D) against keys (B, S, *); with coverage (B, Q, S)."""
-        return self.score(q, keys) if cov is None else self.score(q, keys, cov)
+        return self.score(q, keys, cov)
 
     def _merge_heads(self, e: Tensor, alpha: Tensor, c: Tensor, B: int) -> tuple[Tensor, Tensor, Tensor]:
         """H heads' (B, H*Q, ...) -> one context from theirs, their mean scores and weights to show."""
