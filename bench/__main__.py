@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .common import cpu_flags, cpu_model, minutes_to, read_json, write_json
+from .common import cpu_flags, cpu_model, minutes_to, read_json, shown, write_json
 from .prepare import REPO, multi30k_dir, prepare_data, prepare_seed
 
 SYSTEMS = ("lookback", "joey", settings.RECIPE_SYSTEM)  # recipe: only with --recipe
@@ -530,8 +530,12 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
         "ratios_recipe": recipe_ratios,  # recipe / Joey
         "systems": results,
         "run_dir": str(plan.runs_root / config),
-        "path": str(plan.results_dir / f"{plan.stamp}_{plan.device}_{config}.json"),
+        "path": shown(results_path(plan, config)),
     }
+
+
+def results_path(plan: Plan, config: str) -> Path:
+    return plan.results_dir / f"{plan.stamp}_{plan.device}_{config}.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -549,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         spec, results = measure(plan, config, out_dir)
         info = {**machine(plan.device), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
         record = make_record(plan, config, spec, results, info)
-        write_json(Path(record["path"]), record)
+        write_json(results_path(plan, config), record)
         print_table(record)
         if args.quick:  # smoke-run weights are of no use; logs and hypotheses stay
             for weights in [*out_dir.rglob("*.pt"), *out_dir.rglob("*.ckpt")]:

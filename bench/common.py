@@ -219,6 +219,16 @@ def set_threads_env(threads: int) -> None:
             os.environ[name] = str(threads)
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shown(path: str | Path) -> str:
+    """`path` as a results file records it: relative to the repository when inside it, so that a
+    committed file names no machine's folders."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
 def write_json(path: Path, data: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

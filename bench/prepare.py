@@ -67,8 +67,8 @@ def _source_key(config: str, overrides: list[str], recipe: dict | None = None) -
     h = hashlib.sha256()
     raw = settings.lookback_config(config, "", "", overrides, recipe)
     h.update(json.dumps([raw], sort_keys=True).encode())
-    for path in sorted((REPO / "lookback").glob("*.py")):
-        h.update(path.name.encode() + path.read_bytes())
+    for path in sorted((REPO / "lookback").rglob("*.py")):
+        h.update(str(path.relative_to(REPO)).encode() + path.read_bytes())
     return h.hexdigest()
 
 

@@ -80,6 +80,8 @@ def recipe_settings(path: str | Path, minutes: float | None = None) -> dict[str,
     from lookback.config import load_config
     from lookback.yamlfile import read_yaml
 
+    from .common import shown
+
     cfg = load_config(path)  # a one-line error for a bad file or key
     raw = read_yaml(path)
     tok = {k: getattr(cfg.tokenizer, k) for k in TOKENIZER}
@@ -88,7 +90,7 @@ def recipe_settings(path: str | Path, minutes: float | None = None) -> dict[str,
     train = {k: v for k, v in (raw.get("train") or {}).items() if k in RECIPE_TRAIN_KEYS}
     if minutes is not None:
         train["time_limit"] = minutes
-    return {"path": str(path), "model": dict(raw.get("model") or {}), "train": train}
+    return {"path": shown(path), "model": dict(raw.get("model") or {}), "train": train}
 
 
 def model_settings(config: str) -> dict[str, Any]:

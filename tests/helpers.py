@@ -5,6 +5,7 @@ conftest.py holds the settings for every test; everything here is an ordinary fu
 
 from __future__ import annotations
 
+import gzip
 import os
 import random
 from pathlib import Path
@@ -140,3 +141,22 @@ def syllable_corpus(n: int = 300, seed: int = 0) -> tuple[list[str], list[str]]:
 
 def spm_config(**changes) -> TokenizerConfig:
     return TokenizerConfig(**{"kind": "sentencepiece", "vocab_size": 100, **changes})
+
+
+def real_multi30k() -> Path:
+    """The folder with the real Multi30k files, which $LOOKBACK_MULTI30K names (.ci/run sets it);
+    skip without it, fail under CI."""
+    folder = os.environ.get("LOOKBACK_MULTI30K")
+    require(
+        bool(folder) and (Path(folder) / "val.en.gz").exists(), "no Multi30k files: set $LOOKBACK_MULTI30K"
+    )
+    return Path(folder)
+
+
+def write(path: Path, text: str) -> Path:
+    """Write `text` as UTF-8, gzipped if `path` ends in .gz."""
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode("utf-8")))
+    else:
+        path.write_bytes(text.encode("utf-8"))
+    return path

@@ -1,0 +1,192 @@
+"""The explorer page end to end: `python -m lookback serve` on loopback, driven by Playwright and chromium.
+
+Skips without playwright or a system chromium, except under CI (the variable CI set), where it fails.
+Every wait is on the page's state (an element, a text, a count); PATIENCE_S only bounds a hung test,
+so a machine busy with other work makes the test slower, not red.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ..helpers import require, train_tiny
+
+SENTENCE = "the small dog runs ."
+NO_ATTENTION = "no attention: one fixed context vector for every step"
+PATIENCE_S = 120  # the longest any one wait may take: the server's start, a request, an element
+
+
+@pytest.fixture
+def chromium() -> str:
+    """The system chromium's path; skip (fail under CI) without it or without playwright."""
+    require(importlib.util.find_spec("playwright"), "playwright is not installed (pip install -e '.[dev]')")
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(path, "no chromium on PATH (apt-get install chromium)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch(url: str, body: dict | None = None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
+        return json.loads(response.read())
+
+
+def watch(page, origin: str) -> list[str]:
+    """Collect the page's errors, console errors, missing files and requests that leave `origin`."""
+    problems: list[str] = []
+
+    def on_console(message):
+        if message.type == "error":
+            problems.append(f"console: {message.text}")
+
+    def on_response(response):
+        if response.status in (404, 500):
+            problems.append(f"{response.status}: {response.url}")
+
+    def on_request(request):
+        if not request.url.startswith(origin):
+            problems.append(f"off-machine: {request.url}")
+
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("console", on_console)
+    page.on("response", on_response)
+    page.on("request", on_request)
+    return problems
+
+
+@pytest.fixture
+def server(tmp_path):
+    """The real server, as the CLI starts it, with a model without attention and one with; yields its URL."""
+    runs = [train_tiny(tmp_path / name, name) for name in ("none", "additive")]
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "lookback", "serve", *map(str, runs), "--port", str(port)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + PATIENCE_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"lookback serve exited with status {proc.returncode}:\n{log.read_text()}")
+            try:
+                fetch(url + "api/models")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"lookback serve did not answer within {PATIENCE_S} s:\n{log.read_text()}")
+                time.sleep(0.2)
+        assert url in log.read_text()  # serve() prints where to go
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_page_translates_highlights_and_traces(chromium, server, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    expected = fetch(server + "api/translate", {"text": SENTENCE, "beam": 3, "nbest": 3})["results"]
+    attn = next(r for r in expected if r["model"] == "additive")
+    expect.set_options(timeout=PATIENCE_S * 1000)  # expect(...) retries until the page agrees, or this
+
+    def text(locator, value):  # the element's text as a reader sees it, once the page shows it
+        expect(locator).to_have_text(value, use_inner_text=True)
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, timeout=PATIENCE_S * 1000)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.set_default_timeout(PATIENCE_S * 1000)  # every action and wait_for: page state, not a clock
+            problems = watch(page, server)
+            page.goto(server)
+            expect(page.locator("#models")).to_contain_text("additive")
+
+            # Translate: one column per model; the heatmap has a row per output token.
+            page.fill("#text", SENTENCE)
+            page.select_option("#beam", "3")
+            page.click("#go")
+            text(page.locator("#status"), "beam 3: 2 models")  # set once the results are on the page
+            col = page.locator('.model[data-model="additive"]')
+            text(col.locator(".translation"), attn["translation"])
+            expect(col.locator("tr.heat-row")).to_have_count(len(attn["tokens"]))
+            expect(col.locator("th.src")).to_have_count(len(attn["src_tokens"]))
+            expect(col.locator(".candidates li")).to_have_count(len(attn["candidates"]))
+            plain = page.locator('.model[data-model="none"]')
+            expect(plain.locator(".heatmap")).to_have_count(0)
+            text(plain.locator(".note"), NO_ATTENTION)
+
+            # Hover a cell: the source headers take the row's weights, the info line names the pair.
+            expect(col.locator("th.src.lit")).to_have_count(0)
+            col.locator('td.cell[data-row="0"][data-col="2"]').hover()
+            expect(col.locator("th.src.lit")).to_have_count(len(attn["src_tokens"]))
+            expect(col.locator("td.cell.hover")).to_have_count(1)
+            weight = attn["attention_matrix"][0][2]
+            text(col.locator(".info"), f"{attn['src_tokens'][2]} → {attn['tokens'][0]} {weight:.2f}")
+            text(col.locator('th.src[data-col="2"] .w'), f"{weight:.2f}")
+
+            # Click an output token: that step's trace appears below the heatmap.
+            col.locator('th.tgt[data-row="0"]').click()
+            step = col.locator(".trace .step")
+            expect(step).to_have_attribute("data-step", "1")
+            expect(col.locator(".trace-table tbody tr")).to_have_count(len(attn["src_tokens"]))
+            expect(col.locator(".trace .top li")).to_have_count(5)
+            expect(step).to_contain_text("most attended:", use_inner_text=True)
+            # beside the weights, each source token's gradient attribution, and the sentence's notes
+            expect(col.locator(".trace-table .grad-bar")).to_have_count(len(attn["src_tokens"]))
+            expect(step.locator(".agreement")).to_contain_text("attention vs gradients over the")
+            expect(step.locator(".diagnostics")).to_contain_text("of the weight on </s> and punctuation")
+
+            # Without attention a token still gives its trace, whose context never changes.
+            plain.locator('button.tok[data-row="0"]').click()
+            expect(plain.locator(".trace .step")).to_contain_text("no attention", use_inner_text=True)
+            expect(plain.locator(".trace .grad-bar")).to_have_count(len(attn["src_tokens"]))  # same source
+            expect(plain.locator(".trace .agreement")).to_have_count(0)
+
+            # An error of the API shows in the page.
+            page.fill("#text", "   ")
+            page.press("#text", "Enter")  # Enter submits too
+            text(page.locator("#error"), "text is empty: type a sentence to translate")
+
+            # Translate again; wait for the new columns before clicking in them, since clicks in the
+            # old ones would be lost when the answer replaces them.
+            shot = tmp_path / "explorer.png"
+            page.fill("#text", SENTENCE)
+            page.click("#go")
+            text(page.locator("#status"), "beam 3: 2 models")
+            expect(page.locator("#error")).to_be_hidden()
+            col.locator('th.tgt[data-row="2"]').click()
+            plain.locator('button.tok[data-row="2"]').click()
+            expect(col.locator('.trace .step[data-step="3"]')).to_be_visible()
+            expect(plain.locator('.trace .step[data-step="3"]')).to_be_visible()
+            col.locator('td.cell[data-row="2"][data-col="2"]').hover()
+            expect(col.locator("td.cell.hover")).to_have_count(1)
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.exists() and shot.stat().st_size > 0
+    expected_422 = "console: Failed to load resource: the server responded with a status of 422"
+    assert [m for m in problems if not m.startswith(expected_422)] == []  # the empty text, on purpose

@@ -1,0 +1,433 @@
+"""The bottleneck study: a tiny study end to end with its numbers checked, the compression table
+by hand, and study files checked as configs are."""
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from lookback.cli import main
+from lookback.config import ConfigError, from_dict
+from lookback.model.seq2seq import count_parameters
+from lookback.study import run as study_module
+from lookback.study.run import _make_synth, compression_rows, load_study
+from lookback.translator import Translator
+
+from ..helpers import WORDS, tiny_train_config, write_corpus
+
+LENGTHS = [3, 5, 9, 12, 18, 65]  # source words: three sentences of 1-10, two of 11-20, one of 61+
+
+
+@pytest.fixture
+def study_file(tmp_path):
+    base = tmp_path / "base.yaml"
+    raw = tiny_train_config(tmp_path, train={"max_steps": 20, "valid_every": 20})
+    base.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    words = sorted(WORDS)
+    pairs = [
+        (" ".join(words[i % 16] for i in range(n)), " ".join(WORDS[words[i % 16]] for i in range(n)))
+        for n in LENGTHS
+    ]
+    study = {
+        "name": "tiny",
+        "base": "base.yaml",
+        "out_dir": str(tmp_path / "out"),
+        "set": {"train.lr": 0.005},
+        "models": {"none": {"model.attention": "none"}, "additive": {"model.attention": "additive"}},
+        "tests": [write_corpus(tmp_path / "data", "lengths", pairs)],
+        "beam": [1, 3],
+        "hard_attention": [1],
+        "flops_lengths": [5, 20],
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")  # models in this order
+    return path
+
+
+def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_file, monkeypatch, capsys):
+    returned = {}  # run directory -> the Progress that training returned
+
+    class Recording(study_module.Trainer):
+        def train(self):
+            progress = super().train()
+            returned[self.cfg.train.run_dir] = progress
+            return progress
+
+    monkeypatch.setattr(study_module, "Trainer", Recording)
+    assert main(["study", str(study_file)]) == 0
+    out = study_file.parent / "out"
+    result = json.loads((out / "results.json").read_text())
+    assert set(result["models"]) == {"none", "additive"}
+    assert result["device"].startswith("cpu")
+    (spec,) = result["tests"]
+    for name, model in result["models"].items():
+        run_dir = out / "runs" / name
+        assert model["parameters"] == count_parameters(Translator.load(run_dir).model)
+        assert model["train_seconds"] == returned[str(run_dir)].seconds > 0
+        assert model["overrides"] == [f'model.attention="{name}"']
+        assert list(result["tests"][spec]) == ["beam1", "beam3", "significance", "hard1"]
+        buckets = result["tests"][spec]["beam3"][name]
+        assert {label: b["sentences"] for label, b in buckets.items()} == {"1-10": 3, "11-20": 2, "61+": 1}
+        assert list(buckets) == ["1-10", "11-20", "61+"]  # short to long
+        assert all(b["length_ratio"] > 0 for b in buckets.values())  # output over reference length
+        assert buckets["61+"]["mean_src_words"] == 65 and buckets["11-20"]["mean_src_words"] == 15
+        assert all(0 <= b["chrf"] <= 100 and 0 <= b["repeated_bigrams"] <= 1 for b in buckets.values())
+        covered = [b["under_covered"] for b in buckets.values()]
+        assert all(x is None for x in covered) if name == "none" else all(0 <= x <= 1 for x in covered)
+        looks = [b["attention"] for b in buckets.values()]  # diagnostics.py, pooled per bucket
+        if name == "none":
+            assert all(x is None for x in looks)
+        else:
+            assert [x["sentences"] for x in looks] == [3, 2, 1] and all(0 <= x["entropy"] <= 1 for x in looks)
+    assert list(result["tests"][spec]["hard1"]) == ["additive"]  # hard attention needs attention
+    hard_bleu = {label: b["bleu"] for label, b in result["tests"][spec]["hard1"]["additive"].items()}
+    with (out / f"hard_attention_{spec.strip('/').replace('/', '_')}.csv").open() as f:
+        hard_rows = list(csv.DictReader(f))
+    soft_bleu = {label: b["bleu"] for label, b in result["tests"][spec]["beam1"]["additive"].items()}
+    for r in hard_rows:  # hard against the same model's soft greedy output
+        assert float(r["hard_bleu"]) == pytest.approx(hard_bleu[r["bucket"]], abs=0.006)
+        assert float(r["soft_bleu"]) == pytest.approx(soft_bleu[r["bucket"]], abs=0.006)
+    flops = {(r["model"], r["source_tokens"]): r for r in result["attention_flops"]}
+    assert set(flops) == {(m, S) for m in ("none", "additive") for S in (5, 20)}
+    assert flops[("none", 20)]["attention_flops_per_step"] == 0
+    assert (
+        flops[("additive", 20)]["attention_flops_per_step"]
+        > flops[("additive", 5)]["attention_flops_per_step"]
+    )
+    assert (out / "attention_flops.png").stat().st_size > 0
+    slug = spec.strip("/").replace("/", "_")
+    with (out / f"bleu_by_length_{slug}.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["model"], r["beam"], r["bucket"], r["sentences"]) for r in rows] == [
+        (m, k, label, str(n))
+        for k in ("1", "3")
+        for m in ("none", "additive")
+        for label, n in (("1-10", 3), ("11-20", 2), ("61+", 1))
+    ]
+    with (out / f"attention_diagnostics_{slug}.csv").open() as f:
+        looks = list(csv.DictReader(f))  # attending models only
+    assert {r["model"] for r in looks} == {"additive"} and len(looks) == 6  # 2 beams x 3 buckets
+    assert "Attention diagnostics (diagnostics.py)" in (out / "report.md").read_text()
+    assert (out / "takeoff.png").stat().st_size > 10_000 and "(takeoff.png)" in (
+        out / "report.md"
+    ).read_text()
+    with (out / f"gain_over_none_{slug}.csv").open() as f:
+        gains = list(csv.DictReader(f))  # additive against none at the same beam size, per bucket
+    bleu = {(r["model"], r["beam"], r["bucket"]): float(r["bleu"]) for r in rows}
+    assert [(r["model"], r["beam"], r["bucket"], r["baseline"]) for r in gains] == [
+        ("additive", k, label, "none") for k in ("1", "3") for label in ("1-10", "11-20", "61+")
+    ]
+    for r in gains:
+        assert float(r["baseline_bleu"]) == bleu[("none", r["beam"], r["bucket"])]
+        assert float(r["gain"]) == pytest.approx(
+            bleu[("additive", r["beam"], r["bucket"])] - bleu[("none", r["beam"], r["bucket"])], abs=0.011
+        )
+    with (out / f"compression_{slug}.csv").open() as f:
+        compression = list(csv.DictReader(f))
+    assert {r["model"] for r in compression} == {"none"}
+    assert {r["numbers_kept"] for r in compression} == {"48"}  # c = 2 x 24: both directions
+    for name in ("gain_over_none", "cost"):
+        assert (out / f"{name}_{slug}.csv").stat().st_size > 0
+    for suffix in ("png", "svg"):
+        assert (out / f"bleu_by_length_{slug}.{suffix}").stat().st_size > 0
+        assert (out / f"cost_{slug}.{suffix}").stat().st_size > 0
+    assert "### Gain over the model without attention" in (out / "report.md").read_text()
+    with (out / "learning.csv").open() as f:
+        learning = {r["model"]: r for r in csv.DictReader(f)}
+    for name in ("none", "additive"):  # the last validation, as the run's own metrics say
+        valid = [json.loads(x) for x in (out / f"metrics_{name}.jsonl").read_text().splitlines()]
+        last = [r for r in valid if r["kind"] == "valid"][-1]
+        assert int(learning[name]["updates"]) == last["step"]
+        assert float(learning[name]["final_bleu"]) == pytest.approx(last["bleu"], abs=0.006)
+    assert (out / "learning.png").stat().st_size > 0
+    saved = yaml.safe_load((out / "configs" / "additive.yaml").read_text())
+    assert saved["train"]["lr"] == 0.005 and saved["train"]["run_dir"] == str(out / "runs" / "additive")
+    first_mtime = (out / "runs" / "none" / "last.pt").stat().st_mtime
+    # a second run trains nothing again, and --evaluate-only needs no training at all
+    assert main(["study", str(study_file), "--evaluate-only"]) == 0
+    assert all(
+        m["train_seconds"] is None for m in json.loads((out / "results.json").read_text())["models"].values()
+    )
+    assert main(["study", str(study_file)]) == 0
+    assert (out / "runs" / "none" / "last.pt").stat().st_mtime == first_mtime
+    assert main(["study", str(study_file), "--evaluate-only", "--models", "none"]) == 0
+    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none"}
+    with (out / "learning.csv").open() as f:  # learning covers every model trained so far
+        assert [r["model"] for r in csv.DictReader(f)] == ["none", "additive"]
+    capsys.readouterr()
+    assert main(["study", str(study_file), "--models", "dot"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "lookback: error: study tiny: no model named 'dot' (models: none, additive)"
+    ]
+
+
+def test_the_learning_table_by_hand(tmp_path):
+    records = [
+        {"step": 50, "seconds": 30.0, "kind": "train", "tokens_per_s": 3000.0},
+        {"step": 100, "seconds": 60.0, "kind": "train", "tokens_per_s": 1000.0},
+        {"step": 150, "seconds": 90.0, "kind": "train", "tokens_per_s": 2000.0},
+        {"step": 100, "seconds": 66.0, "kind": "valid", "bleu": 12.0},
+        {"step": 200, "seconds": 132.0, "kind": "valid", "bleu": 41.0},
+        {"step": 300, "seconds": 198.0, "kind": "valid", "bleu": 38.5},
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (row,) = study_module.learning_rows({"m": run, "later": tmp_path / "not_yet"})
+    assert study_module.learning_rows({"m": run / "metrics.jsonl"}) == [row]  # the file itself
+    assert row == {
+        "model": "m",
+        "updates": 300,
+        "minutes": 3.3,
+        "tokens_per_s": 2000,  # the median window
+        "final_bleu": 38.5,
+        "best_bleu": 41.0,
+        "min_to_20": 2.2,  # 41.0 at 132 s is the first at or above 20, 30 and 40
+        "min_to_30": 2.2,
+        "min_to_40": 2.2,
+        "min_to_45": None,
+        "min_to_50": None,
+    }
+
+
+def test_the_compression_table_by_hand():
+    cfg = from_dict({"model": {"emb_size": 100, "hidden_size": 128, "bidirectional": True}})
+    buckets = {
+        "1-10": {"mean_src_tokens": 7.0, "bleu": 35.2},
+        "41-60": {"mean_src_tokens": 50.0, "bleu": 8.1},
+    }
+    rows = compression_rows(cfg, buckets)
+    # notes: 7 words x 100 dims = 700 numbers in, into a context of 2 x 128 = 256 numbers
+    assert rows[0] == {
+        "bucket": "1-10",
+        "source_tokens": 7.0,
+        "numbers_in": 700,
+        "numbers_kept": 256,
+        "ratio": 2.73,
+        "bleu": 35.2,
+    }
+    assert rows[1]["numbers_in"] == 5000 and rows[1]["ratio"] == 19.53
+
+
+def _problems(path, raw) -> list[str]:
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_study(path)
+    lines = str(err.value).splitlines()
+    assert all(line.startswith(f"{path}: ") for line in lines)  # each names the file
+    return [line.removeprefix(f"{path}: ") for line in lines]
+
+
+def test_study_files_list_every_problem_at_once_with_did_you_mean(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    del raw["models"]
+    raw.update(
+        modles={"none": {}},
+        tests=3,
+        beam=0,
+        grid={"h8": [1]},
+        synth={"task": "revers", "lengths": "5-", "sed": 2},
+    )
+    assert _problems(tmp_path / "bad.yaml", raw) == [
+        "tests: got 3, expected a list of strings",
+        "modles: unknown key (did you mean 'models'?)",
+        "grid.h8: got [1], expected a mapping",
+        "synth.task: got 'revers', expected one of copy, reverse, translate",
+        "synth.sed: unknown key (did you mean 'seed'?)",
+        "synth.out: required, but missing or empty",
+        "models: required, but missing or empty",
+        "beam: got 0, expected an integer >= 1, or a list of them",
+        "synth.lengths: got '5-', expected LO-HI with 1 <= LO <= HI, such as 5-60, or one length",
+    ]
+
+
+def test_a_list_of_beam_sizes_is_checked_size_by_size(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    assert load_study(study_file).beam == [1, 3]
+    for beam, expected in (
+        ([1, 0], "an integer >= 1, or a list of them"),
+        ([], "an integer >= 1, or a list of them"),
+        (["5"], "an integer"),
+    ):
+        assert _problems(tmp_path / "bad.yaml", {**raw, "beam": beam}) == [
+            f"beam: got {beam!r}, expected {expected}"
+        ]
+
+
+def test_every_model_config_problem_is_listed_with_its_models(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    raw["models"]["dot"] = {"model.atention": "dot"}
+    raw["models"]["wide"] = {"model.hidden_size": 0}
+    raw["set"]["train.lrr"] = 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_study(bad)
+    base = tmp_path / "base.yaml"
+    assert str(err.value).splitlines() == [
+        f"{base}: train.lrr: unknown key (did you mean 'lr'?) (in none, additive, dot, wide)",
+        f"{base}: model.atention: unknown key (did you mean 'attention'?) (in dot)",
+        f"{base}: model.hidden_size: got 0, expected an integer >= 1 (in wide)",
+    ]
+
+
+def test_a_study_file_may_leave_out_what_has_a_default(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    raw.update(tests=raw["tests"][0], set=None, models={"base": None, "none": {"model.attention": "none"}})
+    del raw["out_dir"], raw["beam"]
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    study = load_study(path)
+    assert study.tests == [raw["tests"]]  # one test set alone: a list of one
+    assert study.out_dir == "studies/tiny" and study.beam == [1] and study.synth is None
+    assert study.base == str(tmp_path / "base.yaml")  # relative to the study file
+    configs = study.configs()
+    assert configs["base"].model.attention == "additive" and configs["none"].model.attention == "none"
+
+
+def test_a_study_writes_its_synthetic_corpus_when_missing(tmp_path, study_file):
+    raw = yaml.safe_load(study_file.read_text())
+    raw["synth"] = {"task": "reverse", "lengths": "3-5", "seed": 2, "out": str(tmp_path / "rev")}
+    path = tmp_path / "with_synth.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    study = load_study(path)
+    assert (study.synth.vocab, study.synth.seed) == (50, 2)
+    _make_synth(study.synth)
+    src = (tmp_path / "rev" / "test.src").read_text().splitlines()
+    tgt = (tmp_path / "rev" / "test.tgt").read_text().splitlines()
+    assert [t.split() for t in tgt] == [s.split()[::-1] for s in src]
+    assert all(3 <= len(s.split()) <= 5 for s in src)
+    raw["synth"] = {"task": "copy", "lengths": 4, "out": str(tmp_path / "copy"), "vocab": 5}
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    _make_synth(load_study(path).synth)  # one length, given as a number
+    src = (tmp_path / "copy" / "test.src").read_text().splitlines()
+    assert all(len(s.split()) == 4 for s in src) and {w for s in src for w in s.split()} <= {
+        f"a{i}" for i in range(5)
+    }
+    raw["synth"] = {"task": "reverse"}
+    assert _problems(path, raw) == [
+        "synth.lengths: required, but missing or empty",
+        "synth.out: required, but missing or empty",
+    ]
+
+
+def test_the_gain_of_attention_is_over_the_fixed_context_of_its_own_size():
+    """A study that varies the fixed context (none64 ... none512) compares each attention model
+    with the model without attention whose encoder is its size, not with the first one listed."""
+    from lookback.study.run import _baseline
+
+    def cfg(**model):
+        return from_dict({"model": {"hidden_size": 128, **model}})
+
+    configs = {
+        "none64": cfg(attention="none", hidden_size=32),
+        "none": cfg(attention="none"),
+        "additive": cfg(attention="additive"),
+        "wide": cfg(attention="additive", hidden_size=256),  # no fixed-context model of its size
+    }
+    assert _baseline("additive", configs) == "none"
+    assert _baseline("wide", configs) == "none64"  # the first, when no size matches
+    assert _baseline("none64", configs) is None and _baseline("none", configs) is None
+
+
+def test_seeds_and_paired_tests_in_a_study(study_file, capsys):
+    """`seeds` adds runs MODEL#SEED; the report gives each model's BLEU over its seeds and tests
+    every model against the models without attention on the first seeds' outputs."""
+    import sacrebleu
+
+    from lookback.decoding.significance import paired_test
+
+    raw = yaml.safe_load(study_file.read_text())
+    raw.update(seeds={"additive": [2]}, beam=[2])
+    raw.pop("hard_attention")
+    study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    assert main(["study", str(study_file)]) == 0
+    out = study_file.parent / "out"
+    assert yaml.safe_load((out / "configs" / "additive#2.yaml").read_text())["train"]["seed"] == 2
+    result = json.loads((out / "results.json").read_text())
+    (spec,) = result["tests"]
+    sig = result["tests"][spec]["significance"]
+    assert sig["beam"] == 2 and set(sig["models"]) == {"none", "additive"}
+    slug = spec.strip("/").replace("/", "_")
+    ref = (study_file.parent / "data" / "lengths.fr").read_text().splitlines()
+    hyps = {
+        r: (out / "outputs" / f"{r}.{slug}.beam2.txt").read_text().splitlines()
+        for r in ("none", "additive", "additive#2")
+    }
+    scores = [sacrebleu.corpus_bleu(hyps[r], [ref]).score for r in ("additive", "additive#2")]
+    seeds = sig["models"]["additive"]["all"]
+    assert seeds["seeds"] == 2 and seeds["mean"] == pytest.approx(sum(scores) / 2)
+    assert seeds["range"] == pytest.approx(abs(scores[0] - scores[1]))
+    assert sig["models"]["none"]["all"]["seeds"] == 1 and sig["models"]["none"]["all"]["range"] == 0
+    rows = {(r["model"], r["against"], r["bucket"]): r for r in sig["pairs"]}
+    assert set(rows) == {("additive", "none", b) for b in ("all", "1-10", "11-20", "61+")}
+    whole = rows[("additive", "none", "all")]
+    expected = paired_test(hyps["none"], hyps["additive"], ref, ("none", "additive"))
+    assert (
+        whole["p_bootstrap"] == expected["p"]["bs"]["bleu"]
+        and whole["p_randomisation"] == expected["p"]["ar"]["bleu"]
+    )
+    assert whole["seed_range"] == pytest.approx(seeds["range"])
+    p = max(whole["p_bootstrap"], whole["p_randomisation"])
+    difference = p < 0.05 and abs(whole["mean_difference"]) > whole["seed_range"]
+    assert whole["verdict"] == (
+        "no difference" if not difference else "better" if whole["mean_difference"] > 0 else "worse"
+    )
+    report = (out / "report.md").read_text()
+    assert (
+        "BLEU over each model's seeds (beam 2" in report
+        and "Paired tests on the first seeds' outputs" in report
+    )
+    # lookback compare reads the same files
+    capsys.readouterr()
+    a, b = (str(out / "outputs" / f"{r}.{slug}.beam2.txt") for r in ("none", "additive"))
+    assert main(["compare", a, b, "--ref", str(study_file.parent / "data" / "lengths.fr"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["p"]["ar"]["bleu"] == whole["p_randomisation"]
+
+
+@pytest.mark.parametrize("key", ["seeds", "compare"])
+def test_seeds_and_compare_name_models_of_the_study(study_file, key):
+    raw = yaml.safe_load(study_file.read_text())
+    raw[key] = {"dot": [2]} if key == "seeds" else ["dot"]
+    study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"{key}: no model named 'dot' \\(models: none, additive\\)"):
+        load_study(study_file)
+
+
+def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, monkeypatch):
+    """A study's evaluations/ (committed, say) stand for runs that are gone: nothing is trained or
+    evaluated again, the report is the same, and a model added later is trained alone."""
+    import shutil
+
+    assert main(["study", str(study_file)]) == 0
+    out = study_file.parent / "out"
+    before = json.loads((out / "results.json").read_text())
+    shutil.rmtree(out / "runs")  # a fresh clone: the evaluations and logs are kept, the runs not
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained or loaded again")
+
+    monkeypatch.setattr(study_module, "Trainer", refuse)
+    monkeypatch.setattr(study_module.Translator, "load", refuse)
+    assert main(["study", str(study_file)]) == 0
+    after = json.loads((out / "results.json").read_text())
+    assert after["tests"] == before["tests"] and after["learning"] == before["learning"]
+    assert {m: r["parameters"] for m, r in after["models"].items()} == {
+        m: r["parameters"] for m, r in before["models"].items()
+    }
+    monkeypatch.undo()
+    raw = yaml.safe_load(study_file.read_text())
+    raw["models"]["general"] = {"model.attention": "general"}
+    study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    trained = []
+
+    class Recording(study_module.Trainer):
+        def train(self):
+            trained.append(self.cfg.train.run_dir)
+            return super().train()
+
+    monkeypatch.setattr(study_module, "Trainer", Recording)
+    assert main(["study", str(study_file)]) == 0
+    assert trained == [str(out / "runs" / "general")]
+    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none", "additive", "general"}
