@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from lookback.config import ModelConfig, TokenizerConfig, from_dict
+from lookback.data.tokenizer import PAD
 from lookback.model.seq2seq import build_model
 
 WORDS = {  # a toy English -> French lexicon for corpora that a tiny model can learn
@@ -160,3 +161,43 @@ def write(path: Path, text: str) -> Path:
     else:
         path.write_bytes(text.encode("utf-8"))
     return path
+
+
+def assert_drawn(path: Path, min_marks: int = 1) -> None:
+    """`path` is a figure with something drawn on it: a PNG whose pixels are not all one colour,
+    or an SVG with at least `min_marks` drawn paths (a blank or empty figure fails)."""
+    if path.suffix == ".svg":
+        import xml.etree.ElementTree as ET
+
+        marks = [e for e in ET.parse(path).iter() if e.tag.rsplit("}", 1)[-1] in ("path", "use")]
+        assert len(marks) >= min_marks, f"{path}: {len(marks)} drawn paths"
+        return
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(path)  # (H, W, channels), floats in [0, 1]
+    assert pixels.shape[0] >= 100 and pixels.shape[1] >= 100, f"{path}: {pixels.shape}"
+    assert float(pixels[..., :3].std()) > 0.01, f"{path}: one colour"
+
+
+def assert_gradient_descends(loss_fn, param, step: float = 1e-3) -> None:
+    """The gradient that `loss_fn()` sends to `param` is a real descent direction for it: moving
+    `param` alone a little against it lowers the loss (zero, or a wrong gradient, fails)."""
+    param.grad = None
+    loss = loss_fn()
+    loss.backward()
+    grad = param.grad.detach().clone()
+    assert torch.isfinite(grad).all() and grad.norm() > 0
+    with torch.no_grad():
+        param -= step * grad / grad.norm()
+        lower = loss_fn()
+        param += step * grad / grad.norm()
+    assert float(lower) < float(loss), f"{float(lower)} not below {float(loss)}"
+
+
+def assert_source_rows_learn(model, src) -> None:
+    """The loss reached the source side: exactly the embedding rows of the tokens in src (B, S)
+    have a gradient, every other row (padding's included) none."""
+    grad = model.encoder.embed.weight.grad  # (V, E)
+    used = set(src.unique().tolist()) - {PAD}
+    learned = {i for i, row in enumerate(grad) if row.abs().sum() > 0}
+    assert learned == used

@@ -28,8 +28,10 @@ def test_defaults_are_valid():
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_shipped_configs_load(path):
-    assert isinstance(load_config(path), Config)
+def test_shipped_configs_load_and_come_back_from_a_runs_config_yaml(path, tmp_path):
+    cfg = load_config(path)
+    save_config(cfg, tmp_path / "config.yaml")  # as a run directory keeps it
+    assert load_config(tmp_path / "config.yaml") == cfg
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)

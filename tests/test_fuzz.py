@@ -246,9 +246,11 @@ def test_load_config_gives_a_config_or_a_config_error(text):
         path = Path(tmp) / "c.yaml"
         path.write_bytes(text.encode("utf-8", "surrogatepass"))
         try:
-            assert isinstance(load_config(path), Config)
+            cfg = load_config(path)
         except ConfigError as exc:
             _check_config_error(exc, str(path))
+        else:
+            assert from_dict(cfg.to_dict()) == cfg  # what loads is a config that validates again
 
 
 @FUZZ
@@ -259,9 +261,11 @@ def test_load_config_gives_a_config_or_a_config_error(text):
 )
 def test_overrides_give_a_config_or_a_config_error(items):
     try:
-        assert isinstance(load_config(None, items), Config)
+        cfg = load_config(None, items)
     except ConfigError as exc:
         _check_config_error(exc, "config: ", "--set ")
+    else:
+        assert from_dict(cfg.to_dict()) == cfg
 
 
 # The translate API: Python, then HTTP.

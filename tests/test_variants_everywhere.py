@@ -2,14 +2,17 @@
 loss and beam penalty), Bahdanau's readout and scheduled sampling, then translated, evaluated,
 explained, plotted and served; exact zeros and unscored positions shown as such."""
 
+import dataclasses
 import json
 
 import pytest
+import sacrebleu
 import torch
 from fastapi.testclient import TestClient
 
 from lookback.cli import main
 from lookback.config import from_dict
+from lookback.data.read import read_parallel
 from lookback.serve.app import create_app
 from lookback.translator import Translator
 
@@ -61,9 +64,15 @@ def test_the_translator_keeps_each_step_inside_its_window(run):
 def test_translate_evaluate_explain_and_plot_from_the_cli(run, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", __import__("io").StringIO(SENTENCE + "\n"))
     assert main(["translate", str(run), "--coverage-penalty", "1.0"]) == 0
-    assert capsys.readouterr().out.strip()
-    assert main(["evaluate", str(run), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["bleu"] >= 0
+    translator = Translator.load(run)
+    translator.decode = dataclasses.replace(translator.decode, coverage_penalty=1.0)
+    assert capsys.readouterr().out == translator.translate([SENTENCE])[0].text + "\n"
+    hyps = tmp_path / "hyps.txt"
+    assert main(["evaluate", str(run), "--json", "-o", str(hyps)]) == 0
+    data = translator.config.data  # the run's data.test: its references
+    refs = read_parallel(data.test, data.src_lang, data.tgt_lang)[1]
+    want = sacrebleu.corpus_bleu(hyps.read_text(encoding="utf-8").splitlines(), [refs]).score
+    assert json.loads(capsys.readouterr().out)["bleu"] == pytest.approx(want)  # sacreBLEU of its outputs
     assert main(["explain", str(run), SENTENCE, "--step", "2"]) == 0
     out = capsys.readouterr().out
     assert "local_p window" in out and "not scored" in out and "0 exactly" in out

@@ -10,6 +10,8 @@ from bench import common
 from bench.common import minutes_to, timed_training
 from lookback.config import from_dict
 
+from ..helpers import assert_drawn
+
 
 class Clock:
     """time.perf_counter that moves only when told."""
@@ -89,7 +91,7 @@ def test_time_to_quality_levels_and_joeys_final_score_with_ratios(tmp_path):
     record = {"config": "feed", "machine": {"cpu_model": "AMD EPYC", "gpu": None}, "systems": systems}
     common.write_json(tmp_path / "r.json", record)
     assert plot([str(tmp_path / "r.json"), "-o", str(tmp_path / "curves.png")]) == 0
-    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert_drawn(tmp_path / "curves.png")
 
 
 def test_named_results_label_their_curves_and_a_reused_joey_curve_is_drawn_once(tmp_path):
@@ -124,7 +126,7 @@ def test_curves_draw_only_the_named_systems_and_say_when_none_is_there(tmp_path,
     common.write_json(tmp_path / "r.json", record)
     out = tmp_path / "zoom.png"
     assert plot([str(tmp_path / "r.json"), "--systems", "joey", "--ylim", "25", "55", "-o", str(out)]) == 0
-    assert out.stat().st_size > 0
+    assert_drawn(out)
     with pytest.raises(SystemExit):
         plot([str(tmp_path / "r.json"), "--systems", "recipe", "-o", str(tmp_path / "none.png")])
     assert "no curve of recipe in the result files" in capsys.readouterr().err

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from ..helpers import require, train_tiny
+from ..helpers import assert_drawn, require, train_tiny
 
 SENTENCE = "the small dog runs ."
 NO_ATTENTION = "no attention: one fixed context vector for every step"
@@ -187,6 +187,6 @@ def test_the_page_translates_highlights_and_traces(chromium, server, tmp_path):
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
-    assert shot.exists() and shot.stat().st_size > 0
+    assert_drawn(shot)  # the page as a person sees it, drawn
     expected_422 = "console: Failed to load resource: the server responded with a status of 422"
     assert [m for m in problems if not m.startswith(expected_422)] == []  # the empty text, on purpose
