@@ -27,3 +27,18 @@ def _real_bf16_detection_in_test_device(request, monkeypatch):
     """test_device.py tests the detection itself."""
     if request.module.__name__.rsplit(".", 1)[-1] == "test_device":
         monkeypatch.setattr(device, "native_bf16", _NATIVE_BF16)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """A tiny attention model trained on the toy lexicon until it translates it (its Trainer)."""
+    from lookback.config import from_dict
+    from lookback.training.train import Trainer
+
+    from .helpers import tiny_train_config
+
+    tmp = tmp_path_factory.mktemp("trained")
+    cfg = from_dict(tiny_train_config(tmp, train={"max_steps": 300, "valid_every": 100}))
+    trainer = Trainer(cfg)
+    trainer.train()
+    return trainer

@@ -7,7 +7,6 @@ import torch
 
 from lookback.config import ConfigError, from_dict
 from lookback.data.batch import collate
-from lookback.data.tokenizer import BOS
 from lookback.decoding.search import greedy
 from lookback.model.seq2seq import LossTerms
 
@@ -64,12 +63,6 @@ def test_every_combination_runs_forward_and_backward(cell, bi, attention, feedin
     assert_source_rows_learn(model, b.src)  # the loss reaches the source side
 
 
-@pytest.mark.parametrize("attention", ["none", "dot", "scaled_dot", "general", "additive"])
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_teacher_forcing_in_one_call_equals_stepping(attention, cell):
-    assert_one_call_equals_stepping(model_for(cell, True, attention, False, "current"))
-
-
 def assert_one_call_equals_stepping(model) -> None:
     """The whole target in one decoder call gives the logits and weights of stepping token by token."""
     assert model.decoder.parallel
@@ -88,55 +81,9 @@ def assert_one_call_equals_stepping(model) -> None:
         assert torch.allclose(whole.alpha, torch.cat([o.alpha for o in steps], 1), atol=1e-6)
 
 
-def test_padding_does_not_change_a_sentence():
-    model = model_for("gru", True, "additive", True, "current")
-    alone = collate(PAIRS[1:2])
-    padded = collate(PAIRS)  # sentence 2 is padded to length 5 here
-    with torch.no_grad():
-        a = model(alone.src, alone.src_len, alone.tgt_in)
-        p = model(padded.src, padded.src_len, padded.tgt_in)
-    T = alone.tgt_in.size(1)
-    assert torch.allclose(a.logits[0], p.logits[1, :T], atol=1e-5)
-    assert torch.allclose(a.alpha[0], p.alpha[1, :T, :2], atol=1e-6)
-
-
-def test_without_attention_the_context_is_the_same_at_every_step():
-    model = model_for("gru", True, "none", False, "current", context="mean")
-    b = collate(PAIRS)
-    enc = model.encode(b.src, b.src_len)
-    _, alpha, c = model.decoder.context(torch.zeros(3, 4, 24), enc)
-    assert alpha is None and c.shape == (3, 4, 24)
-    assert torch.equal(c[:, 0], c[:, 3])
-    # context 'mean' is the mean of the real encoder states
-    assert torch.allclose(enc.c[1], enc.h[1, :2].mean(0), atol=1e-6)
-
-
-def test_final_context_joins_forward_end_and_backward_start():
-    model = model_for("gru", True, "none", False, "current", context="final")
-    b = collate(PAIRS)
-    enc = model.encode(b.src, b.src_len)
-    H = 12
-    # sentence 2 (length 2): forward state at its last real token, backward state at its first
-    assert torch.allclose(enc.c[1, :H], enc.h[1, 1, :H], atol=1e-6)
-    assert torch.allclose(enc.c[1, H:], enc.h[1, 0, H:], atol=1e-6)
-
-
 def test_dot_attention_with_mismatched_sizes_is_a_config_error():
     with pytest.raises(ConfigError, match="model.attention: dot scores need s and h of one size"):
         from_dict({"model": {"attention": "dot", "hidden_size": 256, "dec_hidden_size": 256}})
-
-
-def test_decoder_state_reorders_for_the_beam():
-    model = model_for("lstm", True, "additive", True, "current")
-    b = collate(PAIRS)
-    enc = model.encode(b.src, b.src_len)
-    state = model.decoder.init_state(enc)
-    idx = torch.tensor([2, 2, 0])
-    moved = state.index_select(idx)
-    assert torch.equal(moved.hidden[0][:, 0], state.hidden[0][:, 2])
-    assert torch.equal(enc.index_select(idx).keys[2], enc.keys[0])
-    y = torch.full((3, 1), BOS)
-    assert model.decoder(y, enc.index_select(idx), moved).logits.shape == (3, 1, 33)
 
 
 @pytest.mark.parametrize(
@@ -184,50 +131,6 @@ def test_the_loss_sends_only_real_tokens_to_the_output_layer(feeding):
     loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, LossTerms(label_smoothing=0.1))
     assert loss.item() == pytest.approx(full.item(), rel=1e-5)
     assert rows == [batch.n_tokens] and batch.n_tokens == 6 + 2 + 3 < batch.tgt_out.numel()
-
-
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_attend_from_previous_queries_the_state_before_the_step(cell):
-    """Bahdanau's wiring: e_t = score(s_{t-1}, h), with s_0 the bridge's state; Luong's: score(s_t, h)."""
-    b = collate(PAIRS)
-    for attend_from in ("previous", "current"):
-        model = model_for(cell, True, "general", False, attend_from)
-        enc = model.encode(b.src, b.src_len)
-        state = model.decoder.init_state(enc)
-        out = model.decoder(b.tgt_in, enc, state)  # (B, T, ...)
-        previous = torch.cat([state.top().unsqueeze(1), out.s[:, :-1]], 1)  # s_0 .. s_{T-1}
-        queries, other = (out.s, previous) if attend_from == "current" else (previous, out.s)
-        assert torch.allclose(out.e, model.decoder.score(queries, enc.keys), atol=1e-6)
-        assert not torch.allclose(out.e, model.decoder.score(other, enc.keys), atol=1e-3)
-
-
-def test_the_decoder_returns_every_quantity_of_the_step():
-    model = model_for("gru", True, "additive", True, "current")
-    b = collate(PAIRS)
-    enc = model.encode(b.src, b.src_len)
-    out = model.decoder(b.tgt_in, enc, model.decoder.init_state(enc))
-    B, T = b.tgt_in.shape
-    assert out.s.shape == out.s_tilde.shape == (B, T, 24)
-    assert out.e.shape == out.alpha.shape == (B, T, b.src.size(1))
-    assert out.c.shape == (B, T, enc.h.size(-1))
-    assert torch.allclose(out.c, out.alpha @ enc.h, atol=1e-6)  # (3) c_t = sum_i alpha_ti h_i
-    assert torch.allclose(out.logits, model.decoder.out(out.s_tilde), atol=1e-6)  # dropout is 0
-    masked = out.e.masked_fill(~enc.src_mask.unsqueeze(1), float("-inf"))
-    assert torch.allclose(out.alpha, torch.softmax(masked, -1), atol=1e-6)  # (2) alpha = softmax(e)
-
-
-def test_word_dropout_zeroes_whole_words_in_training_only():
-    from lookback.model.encoder import drop_words
-
-    x = torch.ones(4, 50, 3)  # (B, T, E)
-    torch.manual_seed(0)
-    dropped = drop_words(x, 0.5, training=True)
-    per_word = dropped[..., 0]  # (B, T): each word is all 0 or all 2 (kept and scaled by 1 / 0.5)
-    assert torch.equal(dropped, per_word.unsqueeze(-1).expand_as(dropped))
-    assert set(per_word.unique().tolist()) == {0.0, 2.0}
-    assert 0.3 < float((per_word == 0).float().mean()) < 0.7
-    assert torch.equal(drop_words(x, 0.5, training=False), x)
-    assert torch.equal(drop_words(x, 0.0, training=True), x)
 
 
 def test_word_dropout_changes_training_losses_and_not_evaluation():

@@ -10,23 +10,12 @@ import torch
 
 from lookback.config import ConfigError, from_dict
 from lookback.data.batch import UpdatePlan, pad, token_batches
-from lookback.data.tokenizer import EOS
 from lookback.decoding.search import beam_search, greedy
 from lookback.training.checkpoint import CheckpointError, RunDir, load_checkpoint, save_checkpoint
 from lookback.training.train import Trainer
 from lookback.translator import Translator
 
 from ..helpers import tiny_train_config, toy_pairs
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny attention model trained on the toy lexicon until it translates it."""
-    tmp = tmp_path_factory.mktemp("trained")
-    cfg = from_dict(tiny_train_config(tmp, train={"max_steps": 300, "valid_every": 100}))
-    trainer = Trainer(cfg)
-    trainer.train()
-    return trainer
 
 
 def test_a_tiny_model_learns_the_toy_translation(trained):
@@ -50,36 +39,6 @@ def test_run_directory_holds_config_tokenizers_metrics_and_checkpoints(trained):
     state = load_checkpoint(trained.run.path / "last.pt")
     assert state["progress"]["step"] == 300
     assert state["config"]["model"]["attention"] == "additive"
-
-
-def test_checkpoint_round_trip_translates_identically(trained):
-    sentences = [e for e, _ in toy_pairs(12, seed=7)]
-    in_memory = Translator(trained.model, trained.src_tok, trained.tgt_tok, trained.cfg.decode, trained.cfg)
-    loaded = Translator.load(trained.run.path, checkpoint="last")
-    a = in_memory.translate(sentences, beam=3)
-    b = loaded.translate(sentences, beam=3)
-    assert [x.text for x in a] == [x.text for x in b]
-    assert [x.score for x in a] == pytest.approx([x.score for x in b])
-
-
-def test_translating_between_updates_searches_without_dropout_and_leaves_training_on(trained):
-    """The trainer's translator shares the model being trained (the bench validates so): a
-    search in train mode would run with dropout on, and turning it off must not stick."""
-    sentences = [e for e, _ in toy_pairs(12, seed=7)]
-    drops = [m for m in trained.model.modules() if isinstance(m, torch.nn.Dropout)]
-    assert drops
-    expected = [x.text for x in trained.translator.translate(sentences, beam=1)]
-    try:
-        for m in drops:
-            m.p = 0.5  # with dropout on in the search, 12 outputs would not all come out the same
-        trained.model.train()
-        for _ in range(2):
-            assert [x.text for x in trained.translator.translate(sentences, beam=1)] == expected
-            assert trained.model.training and all(m.training for m in drops)
-    finally:
-        for m in drops:
-            m.p = 0.0
-        trained.model.eval()
 
 
 def test_beam_finds_higher_scoring_outputs_than_greedy_on_average(trained):
@@ -171,30 +130,6 @@ def test_checkpoints_are_written_atomically_and_corruption_is_one_line(tmp_path)
         load_checkpoint(path)
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "missing.pt")
-
-
-def test_translator_handles_empty_and_overlong_input(trained, caplog):
-    t = Translator.load(trained.run.path)
-    with caplog.at_level("WARNING"):
-        empty, long, fine = t.translate(["", "the dog runs . " * 200, "the dog runs ."], beam=2)
-    assert empty.text == "" and empty.tokens == []
-    assert len(long.src_tokens) == t.max_src_len  # cut, so one input cannot exhaust memory
-    assert fine.text
-    said = [r.getMessage() for r in caplog.records]
-    assert "1 of 3 sentence(s) with over 250 tokens with </s>: cut" in said
-    assert "1 of 3 sentence(s) with no source tokens: translated as empty" in said
-    assert not any("empty output" in m for m in said)
-    assert len(t.translate_nbest(["the dog ."], beam=2, nbest=3)[0]) == 3  # the beam grows to nbest
-
-
-def test_an_empty_output_is_said_in_one_line(trained, caplog):
-    t = Translator.load(trained.run.path)
-    with torch.no_grad():
-        t.model.decoder.out.bias[EOS] = 1e4  # the model now ends at once
-    with caplog.at_level("WARNING"):
-        outs = t.translate(["the dog runs .", "a cat ."], beam=1)
-    assert [o.text for o in outs] == ["", ""]
-    assert [r.getMessage() for r in caplog.records] == ["2 of 2 sentence(s) with empty output"]
 
 
 def test_a_finished_run_stays_finished_and_a_larger_budget_trains_on(tmp_path):
