@@ -2,5 +2,5 @@
 
 Run it as `python -m bench` (bench/README.md). Kept apart from the
 package: nothing in lookback imports it. `python -m bench.loadtest` is the
-explorer's load test, which tests/test_load.py also runs.
+explorer's load test, which tests/serve/test_app_under_load.py also runs.
 """

@@ -8,7 +8,7 @@ thread unless --threads says otherwise), sends a fixed number of requests
 from concurrent clients (nine in ten POST /api/translate, one in ten POST
 /api/explain, beam sizes in turn), then checks that the server still answers
 normally, stops it and prints p50/p95 latency and requests per second.
-`run_load` is also what tests/test_load.py runs against a tiny model.
+`run_load` is also what tests/serve/test_app_under_load.py runs against a tiny model.
 
 The standard library and httpx only. Every request goes to 127.0.0.1: the
 URL is built here, never taken from the command line.
@@ -191,7 +191,7 @@ class Server:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         cmd = [sys.executable, "-m", "lookback", "serve", *run_dirs, "--port", str(self.port)]
         cmd += ["--workers", str(workers)] if workers else []  # default: the server's own (its cores)
-        cmd += ["--host", host] if host else []  # None: the default, which tests/test_load.py checks
+        cmd += ["--host", host] if host else []  # None: the default, which tests/serve/test_app_under_load.py checks
         self.log = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 (closed in __exit__)
         self.process = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
 

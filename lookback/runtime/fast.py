@@ -246,7 +246,7 @@ def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[P
     model.eval()
     names = _names(model)
     # Example inputs: 2 sentences of 7 and 5 tokens, 3 rows each (a beam); every size is a
-    # dynamic axis, so other sizes run too (tests/test_runtime.py checks several).
+    # dynamic axis, so other sizes run too (tests/runtime/test_fast.py checks several).
     src = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 0, 0]])
     src_len = torch.tensor([7, 5])
     with torch.no_grad():
