@@ -191,7 +191,9 @@ class Server:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         cmd = [sys.executable, "-m", "lookback", "serve", *run_dirs, "--port", str(self.port)]
         cmd += ["--workers", str(workers)] if workers else []  # default: the server's own (its cores)
-        cmd += ["--host", host] if host else []  # None: the default, which tests/serve/test_app_under_load.py checks
+        cmd += (
+            ["--host", host] if host else []
+        )  # None: the default, which tests/serve/test_app_under_load.py checks
         self.log = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 (closed in __exit__)
         self.process = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import settings
-from .common import read_json, read_lines, write_json
+from .common import cpu_flags, cpu_model, read_json, read_lines, write_json
 
 
 def scores(run_dir: Path) -> dict[str, dict]:
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:16} BLEU {s['bleu']:6.2f}  chrF {s['chrf']:6.2f}  "
             f"Multi30k protocol {s['multi30k_bleu']:6.2f}"
         )
-    if args.json:
-        write_json(args.json, result)
+    if args.json:  # each system's scores, and the machine that scored them
+        write_json(args.json, {**result, "machine": {"cpu": cpu_model(), "cpu_flags": cpu_flags()}})
     return 0
 
 

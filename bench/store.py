@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import cpu_model, write_json
+from .common import cpu_flags, cpu_model, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(2000)]
@@ -149,7 +149,13 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "store.json"))
     p.add_argument("--profile", action="store_true", help="where the time goes, one run a side (above)")
     args = p.parse_args()
-    results = {"cpu": cpu_model(), "threads": os.cpu_count(), "pairs": args.pairs, "steps": args.steps}
+    results = {
+        "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "threads": os.cpu_count(),
+        "pairs": args.pairs,
+        "steps": args.steps,
+    }
     if args.profile:
         for order, store_first in (("memory_first", False), ("store_first", True)):  # both orders
             with tempfile.TemporaryDirectory() as tmp:

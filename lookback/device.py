@@ -96,6 +96,35 @@ def autocast(device: torch.device, precision: str) -> torch.autocast:
     return torch.autocast(device.type, dtype=dtype, enabled=precision in DTYPES)
 
 
+SPEED_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide fp32, bf16 and int8 speed on x86, of those this CPU has."""
+    have = _cpu_flags()
+    return [f for f in SPEED_FLAGS if f in have]
+
+
+def machine() -> dict:
+    """What a results file records of the machine that made it: the CPU, its flags, the threads."""
+    return {
+        "cpu": cpu_name(),
+        "cpu_flags": cpu_flags(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
 def _cpu_flags() -> set[str]:
     """The CPU's flags as /proc/cpuinfo lists them (Linux), or none."""
     return set((_cpuinfo("flags") or "").split())

@@ -109,6 +109,7 @@ def translate(args: argparse.Namespace) -> None:
 
 def evaluate(args: argparse.Namespace) -> None:
     from ..decoding.evaluate import bleu_by_length, format_by_length, score
+    from ..device import machine
     from ..explain import diagnostics
     from ..model import coverage
 
@@ -125,6 +126,7 @@ def evaluate(args: argparse.Namespace) -> None:
         Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
     if args.json:
         report = {"test": spec, "beam": beam, **scores.to_dict(), "by_length": by_length, "coverage": covered}
+        report["machine"] = machine()  # the CPU and its flags, beside every figure
         print(json.dumps(report | ({"diagnostics": attention} if args.diagnostics else {}), indent=2))
         return
     print(f"{spec}, beam {beam}:")
