@@ -27,7 +27,15 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--seed", type=nonnegative_int, default=1, help="seed of the train split; val and test use seed+1, +2"
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for {train,val,test}.{src,tgt}")
+    p.add_argument(
+        "-o",
+        "--output",
+        "--out",
+        dest="out",
+        required=True,
+        metavar="DIR",
+        help="folder for {train,val,test}.{src,tgt}",
+    )
     p.add_argument(
         "--vocab", type=int_range(2), default=50, metavar="N", help="number of distinct source words"
     )
