@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from .. import device
 from ..decoding.search import top_tokens
 from ..errors import CheckpointError
-from ..model.decoder import DecoderOutput, DecoderState
+from ..model.decoder import SOFT, DecoderOutput, DecoderState, Look
 from ..model.encoder import EncoderOutput
 from ..model.seq2seq import Seq2Seq
 
@@ -396,8 +396,14 @@ class OnnxDecoder(nn.Module):
         logits = out["logits"].unsqueeze(1) if "logits" in out else None  # (R, 1, V)
         return out, DecoderOutput(None, None, alpha, None, None, logits, next_state)
 
-    def forward(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState) -> DecoderOutput:
-        """One step on y_prev (R, 1), as Decoder.forward computes it."""
+    def forward(
+        self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState, look: Look = SOFT
+    ) -> DecoderOutput:
+        """One step on y_prev (R, 1), as Decoder.forward computes it; attention looks as trained."""
+        if look != SOFT:
+            raise ValueError(
+                "hard attention and interventions are not in the ONNX graph; use --backend torch"
+            )
         return self._run(y_prev, enc, state, 1, [o for o in self.outputs if o not in TOP])[1]
 
     def forward_top(
