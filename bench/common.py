@@ -190,26 +190,11 @@ def cpu_model() -> str:
 
 
 def cpu_flags() -> list[str]:
-    """The CPU flags that decide fp32, bf16 and int8 speed on x86."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    wanted = (
-        "avx",
-        "avx2",
-        "fma",
-        "avx512f",
-        "avx512_bf16",
-        "avx512_vnni",
-        "avx_vnni",
-        "amx_bf16",
-        "amx_int8",
-    )
-    return [f for f in wanted if f in flags]
+    """The CPU flags that decide fp32, bf16 and int8 speed on x86 (lookback's list; imported here:
+    the peer never calls this)."""
+    from lookback.device import cpu_flags
+
+    return cpu_flags()
 
 
 def set_threads_env(threads: int) -> None:
