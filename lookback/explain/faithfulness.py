@@ -109,13 +109,15 @@ class Counterfactual:
     """The weights that replace alpha_t, of one kind: a `Look.change`. For 'other', `donors`
     (B, T, S) holds each sentence's lent weights per step (the last repeats past its end)."""
 
-    def __init__(self, kind: str, donors: Tensor | None = None, seed: int = 0):
+    def __init__(
+        self, kind: str, donors: Tensor | None = None, seed: int = 0, generator: torch.Generator | None = None
+    ):
         if kind not in COUNTERFACTUALS:
             raise ValueError(f"unknown counterfactual {kind!r} (choose from {', '.join(COUNTERFACTUALS)})")
         if kind == "other" and donors is None:
             raise ValueError("the 'other' counterfactual needs the donors' weights")
         self.kind, self.donors = kind, donors
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = generator or torch.Generator().manual_seed(seed)  # shared by index_select's copies
 
     def __call__(self, alpha: Tensor, mask: Tensor, step: int) -> Tensor:
         """alpha (B, Q, S) at output step `step`, mask (B, S) -> the weights to use instead."""
@@ -132,9 +134,7 @@ class Counterfactual:
         """The same counterfactual for the sentences `idx` (search drops the finished ones)."""
         if self.donors is None:
             return self
-        kept = Counterfactual.__new__(Counterfactual)
-        kept.kind, kept.donors, kept.generator = self.kind, self.donors[idx.cpu()], self.generator
-        return kept
+        return Counterfactual(self.kind, self.donors[idx.cpu()], generator=self.generator)
 
 
 @torch.no_grad()
