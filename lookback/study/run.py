@@ -331,13 +331,16 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     machine, a fresh clone of a committed study), is neither trained nor evaluated again, and
     the report covers every run evaluated so far. A study can so be run a few models at a time."""
     start = time.perf_counter()
-    configs = study.configs(extra, only)
+    chosen = set(study.configs(extra, only))  # trained and evaluated here
+    configs = study.configs(extra)  # reported: every model evaluated so far, the others as before
     if study.synth is not None:
         _make_synth(study.synth)
     out = Path(study.out_dir)
     (out / "evaluations").mkdir(parents=True, exist_ok=True)
     todo = {
-        n: c for n, c in configs.items() if _run_here(c) or not (out / "evaluations" / f"{n}.json").exists()
+        n: c
+        for n, c in configs.items()
+        if n in chosen and (_run_here(c) or not (out / "evaluations" / f"{n}.json").exists())
     }
     train_seconds = train_models(todo) if train else {}
     first = next(iter(configs.values())).data
@@ -346,9 +349,14 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     }
     evaluations = {}
     for name, cfg in configs.items():
-        evaluation = _evaluation(study, name, cfg, data, out / "evaluations" / f"{name}.json")
+        path = out / "evaluations" / f"{name}.json"
+        if name in chosen:
+            evaluation = _evaluation(study, name, cfg, data, path)
+        else:  # a model not asked for: its evaluation as kept, if it has one
+            evaluation = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
         if evaluation is None:
-            logger.warning("study: %s is neither trained nor evaluated here: left out", name)
+            if name in chosen:
+                logger.warning("study: %s is neither trained nor evaluated here: left out", name)
             continue
         evaluations[name] = evaluation
     configs = {n: c for n, c in configs.items() if n in evaluations}

@@ -152,8 +152,14 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     )
     assert main(["study", str(study_file)]) == 0
     assert (out / "runs" / "none" / "last.pt").stat().st_mtime == first_mtime
+    none_evaluated = (out / "evaluations" / "none.json").stat().st_mtime
+    additive_evaluated = (out / "evaluations" / "additive.json").stat().st_mtime
+    (out / "runs" / "additive" / "best.pt").touch()  # as if retrained: --models none must not look at it
     assert main(["study", str(study_file), "--evaluate-only", "--models", "none"]) == 0
-    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none"}
+    # only none was asked for; the report still covers every model evaluated so far
+    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none", "additive"}
+    assert (out / "evaluations" / "additive.json").stat().st_mtime == additive_evaluated
+    assert (out / "evaluations" / "none.json").stat().st_mtime == none_evaluated  # its checkpoint: as it was
     with (out / "learning.csv").open() as f:  # learning covers every model trained so far
         assert [r["model"] for r in csv.DictReader(f)] == ["none", "additive"]
     capsys.readouterr()
