@@ -14,13 +14,13 @@ import torch
 
 from .data.tokenizer import Tokenizer
 from .decoding.ensemble import Ensemble
-from .decoding.translate import TextTranslator, Translation
+from .decoding.translate import NBest, TextTranslator, Translation
 from .errors import CheckpointError
 from .runtime.export import is_export, load_export
 from .runtime.fast import ONNX_DIR, fast_model
 from .training.checkpoint import load_run
 
-__all__ = ["Translation", "Translator"]
+__all__ = ["NBest", "Translation", "Translator"]
 
 
 class Translator(TextTranslator):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .. import display
 from ..config import Config, DecodeConfig, search_width
 from ..data.batch import pad
 from ..data.tokenizer import EOS, Tokenizer
@@ -37,6 +38,18 @@ class Translation:
     attention: Tensor | None  # (len(tokens), len(src_tokens)); None for attention 'none'
     ids: list[int] = field(default_factory=list)  # output token ids, without </s>
     src_ids: list[int] = field(default_factory=list)  # source token ids, as the model read them
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the text and the attention heatmap (display.py)."""
+        return display.translation(self)
+
+
+class NBest(list):
+    """The translations of one sentence, best first: a list that a notebook shows with a
+    heatmap for each candidate."""
+
+    def _repr_html_(self) -> str:
+        return display.nbest(self)
 
 
 class TextTranslator:
@@ -74,14 +87,14 @@ class TextTranslator:
         beam: int | None = None,
         nbest: int | None = None,
         length_penalty: float | None = None,
-    ) -> list[list[Translation]]:
+    ) -> list[NBest]:
         """Up to `nbest` translations of each sentence, best first (a beam under nbest grows to it)."""
         nbest = nbest or self.decode.nbest
         beam = search_width(beam or self.decode.beam, nbest)
         length_penalty = self.decode.length_penalty if length_penalty is None else length_penalty
         ids = self.source_ids(sentences)
         empty = Translation("", [], [], 0.0, None)
-        results: list[list[Translation]] = [[empty] for _ in sentences]  # kept for empty input
+        results: list[NBest] = [NBest([empty]) for _ in sentences]  # kept for empty input
         order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
         with evaluating(self.model):
             self._search(ids, order, results, beam, nbest, length_penalty)
@@ -93,7 +106,7 @@ class TextTranslator:
         self,
         ids: list[list[int]],
         order: list[int],
-        results: list[list[Translation]],
+        results: list[NBest],
         beam: int,
         nbest: int,
         length_penalty: float,
@@ -122,7 +135,7 @@ class TextTranslator:
                         look=self.look,
                     )
             for i, hs in zip(chunk, hyps, strict=True):
-                results[i] = [self._translation(ids[i], h) for h in hs]
+                results[i] = NBest(self._translation(ids[i], h) for h in hs)
 
     def _check(self, sentences: int, src_len: int, beam: int, nbest: int, free: int) -> None:
         """A one-line error, before any work, when a batch cannot be searched: see check_search."""

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .. import display
 from ..config import search_width
 from ..data.tokenizer import BOS, EOS
 from ..model.attention import DotScore, GeneralScore, attend
@@ -67,6 +68,14 @@ class Trace:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the heatmap, then every step's e, alpha and c (display.py)."""
+        return display.trace(self)
+
+    def slider(self):
+        """One step at a time under a slider, where ipywidgets is installed."""
+        return display.step_slider(self)
 
 
 @torch.no_grad()

@@ -40,6 +40,7 @@ from ..translator import Translator
 log = logging.getLogger(__name__)
 
 WEB = Path(__file__).parent / "web"  # index.html, app.js, style.css
+HEATMAP_CSS = Path(__file__).parent.parent / "heatmap.css"  # the heatmap, as notebooks draw it too
 MAX_BODY = 64 * 1024  # bytes; a sentence of max_chars fits many times over
 MAX_BEAM = 10
 
@@ -336,6 +337,10 @@ def create_app(
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         return FileResponse(WEB / "index.html")
+
+    @app.get("/static/heatmap.css", include_in_schema=False)
+    def heatmap_css() -> FileResponse:  # the heatmap's drawing, shared with notebooks (display.py)
+        return FileResponse(HEATMAP_CSS, media_type="text/css")
 
     app.mount("/static", StaticFiles(directory=WEB), name="static")
     return app
