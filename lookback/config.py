@@ -38,10 +38,11 @@ def ranged(default: Any, test: Callable[[Any], bool], expected: str | Callable[[
 NAMES: dict[str, Callable[[], list[str]]] = {}
 
 
-def named(default: str, key: str) -> Any:
-    """A string that must be one of the names registered for `key` in NAMES."""
+def named(default: str, key: str, more: str = "") -> Any:
+    """A string that must be one of the names registered for `key` in NAMES; `more` says how
+    another name gets registered."""
     names = lambda: NAMES[key]()  # noqa: E731  (read when checked: registrations come later)
-    return ranged(default, lambda v: v in names(), lambda: "one of " + ", ".join(names()))
+    return ranged(default, lambda v: v in names(), lambda: "one of " + ", ".join(names()) + more)
 
 
 def at_least(default: int | float, lo: int) -> Any:
@@ -113,7 +114,11 @@ class ModelConfig:
     bidirectional: bool = True  # encoder reads both ways; h_i = [fwd_i; bwd_i]
     dropout: float = ranged(0.3, *_FRACTION)  # on embeddings, between layers and before the output layer
     word_dropout: float = ranged(0.0, *_FRACTION)  # zero whole source and target words in training
-    attention: str = named("additive", "model.attention")  # score(s, h): none, or a name in attention.SCORES
+    attention: str = named(  # score(s, h): none, or a name in attention.SCORES
+        "additive",
+        "model.attention",
+        " (a score of your own: lookback.register_score, or lookback --plugin FILE)",
+    )
     normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"  # scores e -> weights alpha
     attention_size: int = at_least(256, 1)  # additive: size of W s + U h; multi-head: of all heads' q, k
     heads: int = at_least(1, 1)  # scaled_dot: attention heads, each attention_size / heads wide

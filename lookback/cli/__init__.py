@@ -17,6 +17,10 @@
     lookback serve RUN_DIR [RUN_DIR ...] [--port 8000]
     lookback data synth --task reverse --lengths 5-100 --out DIR
 
+`lookback --plugin FILE_OR_MODULE COMMAND ...` imports a Python file or module first, so that
+what it registers (a score: `lookback.register_score`) is known to the command: a run trained
+with a score of your own trains, translates, explains and serves this way.
+
 Every command that loads a model takes the same --checkpoint, --device and
 --precision (and --beam where it searches), and says on stderr where it runs;
 every command that writes a file takes -o/--output. Each command's parser sits
@@ -31,8 +35,11 @@ with status 2; `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import logging
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from tqdm import tqdm
@@ -62,10 +69,39 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lookback", description="RNN encoder-decoder NMT with attention.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="import this Python file (or module) first, e.g. one calling register_score; repeatable",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.add(sub)
     return parser
+
+
+def load_plugin(spec: str) -> None:
+    """Import a Python file (a path ending in .py) or an importable module by name."""
+    if spec.endswith(".py"):
+        path = Path(spec)
+        if not path.is_file():
+            raise FileNotFoundError(f"--plugin {spec}: no such file")
+        name = f"lookback_plugin_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module  # dataclasses and pickling look modules up by name
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise ValueError(f"--plugin {spec}: {type(exc).__name__}: {first_line(exc)}") from exc
+        return
+    try:
+        importlib.import_module(spec)
+    except ImportError as exc:
+        raise ValueError(f"--plugin {spec}: {first_line(exc)} (a file must end in .py)") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     # under torchrun rank 0 tells the story; the other ranks speak only to warn
     logging.basicConfig(level=logging.INFO if is_main() else logging.WARNING, handlers=[handler])
     try:
+        for plugin in args.plugin:
+            load_plugin(plugin)
         args.func(args)
     except USER_ERRORS as exc:
         if args.debug:
