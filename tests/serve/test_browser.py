@@ -20,7 +20,8 @@ import urllib.request
 
 import pytest
 
-from ..helpers import assert_drawn, require, train_tiny
+from .. import own_score
+from ..helpers import WORDS, assert_drawn, require, train_tiny
 
 SENTENCE = "the small dog runs ."
 NO_ATTENTION = "no attention: one fixed context vector for every step"
@@ -72,14 +73,17 @@ def watch(page, origin: str) -> list[str]:
     return problems
 
 
-@pytest.fixture
-def server(tmp_path):
-    """The real server, as the CLI starts it, with a model without attention and one with; yields its URL."""
-    runs = [train_tiny(tmp_path / name, name) for name in ("none", "additive")]
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The real server, as the CLI starts it, with a model without attention, an additive one and
+    one with a score of a test file's own (tests/own_score.py, through --plugin); yields its URL."""
+    tmp_path = tmp_path_factory.mktemp("explorer")
+    runs = [train_tiny(tmp_path / name, name) for name in ("none", "additive", "distance")]
     port = free_port()
     log = tmp_path / "serve.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lookback", "serve", *map(str, runs), "--port", str(port)]
+    plugin = ["--plugin", own_score.__file__]
+    cmd = [sys.executable, "-m", "lookback", *plugin, "serve", *map(str, runs), "--port", str(port)]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/"
@@ -129,7 +133,7 @@ def test_the_page_translates_highlights_and_traces(chromium, server, tmp_path):
             page.fill("#text", SENTENCE)
             page.select_option("#beam", "3")
             page.click("#go")
-            text(page.locator("#status"), "beam 3: 2 models")  # set once the results are on the page
+            text(page.locator("#status"), "beam 3: 3 models")  # set once the results are on the page
             col = page.locator('.model[data-model="additive"]')
             text(col.locator(".translation"), attn["translation"])
             expect(col.locator("tr.heat-row")).to_have_count(len(attn["tokens"]))
@@ -176,7 +180,7 @@ def test_the_page_translates_highlights_and_traces(chromium, server, tmp_path):
             shot = tmp_path / "explorer.png"
             page.fill("#text", SENTENCE)
             page.click("#go")
-            text(page.locator("#status"), "beam 3: 2 models")
+            text(page.locator("#status"), "beam 3: 3 models")
             expect(page.locator("#error")).to_be_hidden()
             col.locator('th.tgt[data-row="2"]').click()
             plain.locator('button.tok[data-row="2"]').click()
@@ -190,3 +194,57 @@ def test_the_page_translates_highlights_and_traces(chromium, server, tmp_path):
     assert_drawn(shot)  # the page as a person sees it, drawn
     expected_422 = "console: Failed to load resource: the server responded with a status of 422"
     assert [m for m in problems if not m.startswith(expected_422)] == []  # the empty text, on purpose
+
+
+# A sentence of 40 words: every source column of every heatmap shows at once, without scrolling.
+LONG_SENTENCE = " ".join(sorted(WORDS)[i % len(WORDS)] for i in range(40)) + " ."
+COLUMNS = """(cards) => cards.map((card) => {
+  const wrap = card.querySelector(".heat-wrap");
+  if (!wrap) return null;
+  const box = wrap.getBoundingClientRect();
+  const heads = [...card.querySelectorAll("th.src")];
+  const inside = heads.filter((th) => {
+    const r = th.getBoundingClientRect();
+    return r.width >= 4 && r.left >= box.left - 0.5 && r.right <= box.right + 0.5 && r.right <= innerWidth;
+  });
+  return {hidden: wrap.scrollWidth - wrap.clientWidth, columns: heads.length, inside: inside.length,
+          titles: heads.map((th) => th.title)};
+})"""
+
+
+def test_a_long_sentence_shows_every_source_column_of_three_models(chromium, server, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    expected = fetch(server + "api/translate", {"text": LONG_SENTENCE, "beam": 1, "nbest": 1})["results"]
+    src_tokens = expected[0]["src_tokens"]
+    assert len(src_tokens) >= 41
+    expect.set_options(timeout=PATIENCE_S * 1000)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, timeout=PATIENCE_S * 1000)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            page.set_default_timeout(PATIENCE_S * 1000)
+            problems = watch(page, server)
+            page.goto(server)
+            expect(page.locator("#models")).to_contain_text("distance")
+            page.fill("#text", LONG_SENTENCE)
+            page.select_option("#beam", "1")
+            page.click("#go")
+            expect(page.locator("#status")).to_have_text("beam 1: 3 models")
+            expect(page.locator("#results")).to_have_class("long")  # the models stack
+            cards = page.locator(".model").evaluate_all(COLUMNS)
+            drawn = [c for c in cards if c is not None]
+            assert len(drawn) == 2  # additive and distance; the model without attention has no heatmap
+            for card in drawn:
+                assert card["hidden"] <= 0  # nothing behind a scroll bar
+                assert card["columns"] == card["inside"] == len(src_tokens)  # every column, in its card
+                assert card["titles"] == src_tokens  # each source word on hover
+            lefts = page.locator(".model").evaluate_all(
+                "(cards) => cards.map((c) => c.getBoundingClientRect().left)"
+            )
+            assert len(lefts) == 3 and len(set(lefts)) == 1  # the models stack: one card per row
+            page.screenshot(path=str(tmp_path / "long.png"), full_page=True)
+        finally:
+            browser.close()
+    assert_drawn(tmp_path / "long.png")
+    assert problems == []

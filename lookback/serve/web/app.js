@@ -6,6 +6,9 @@
 const MAX_BEAM = 10;
 const DEFAULT_BEAM = 5;
 const NO_ATTENTION = "no attention: one fixed context vector for every step";
+// From this many source tokens a heatmap's cells shrink to its card's width (heatmap.css, .long)
+// and the models stack, one card per row, so that every column shows at once.
+const LONG = 24;
 
 let shown = null; // {text, beam} of the results on the page
 let asked = 0; // number of the latest translate request: older answers are dropped
@@ -91,6 +94,7 @@ async function translate() {
     shown = { text, beam };
     const results = document.getElementById("results");
     results.replaceChildren(...data.results.map(renderResult));
+    results.classList.toggle("long", data.results.some((r) => r.src_tokens.length >= LONG));
     setStatus(`beam ${beam}: ${data.results.length} model${data.results.length === 1 ? "" : "s"}`);
   } catch (err) {
     if (mine === asked) {
@@ -132,16 +136,16 @@ function renderCandidates(candidates) {
 // The heatmap: <th class="src" data-col> per source token, <tr class="heat-row" data-row>
 // per output token, <td class="cell" data-row data-col> per weight.
 function renderHeatmap(section, r) {
-  const table = el("table", { class: "heatmap" });
+  const table = el("table", { class: r.src_tokens.length >= LONG ? "heatmap long" : "heatmap" });
   const head = el("tr", {}, el("th", { class: "corner", text: "output ↓ · source →" }));
   r.src_tokens.forEach((tok, j) => {
-    head.append(el("th", { class: "src", "data-col": j }, el("span", { class: "tok", text: tok }),
+    head.append(el("th", { class: "src", "data-col": j, title: tok }, el("span", { class: "tok", text: tok }),
       el("span", { class: "w" })));
   });
   const body = el("tbody");
   r.attention_matrix.forEach((row, i) => {
     const tr = el("tr", { class: "heat-row", "data-row": i },
-      el("th", { class: "tgt", "data-row": i, tabindex: "0", text: r.tokens[i] }));
+      el("th", { class: "tgt", "data-row": i, tabindex: "0", title: r.tokens[i], text: r.tokens[i] }));
     row.forEach((w, j) => {
       const td = el("td", { class: "cell", "data-row": i, "data-col": j, title: `${r.src_tokens[j]} → ${r.tokens[i]} ${weightText(w, 2)}` });
       paint(td, w);
