@@ -212,6 +212,11 @@ def test_attention_explain_and_neighbours_from_the_cli(run, tmp_path, capsys):
     assert len(capsys.readouterr().out.strip().splitlines()) == 4
     assert main(["neighbours", str(run_dir), "zebra"]) == 2
     assert "not in the source vocabulary" in capsys.readouterr().err
+    assert main(["neighbours", str(run_dir), "dog", "--in", "the dog sees a cat .", "-k", "2"]) == 0
+    out = capsys.readouterr().out  # among the run's training sentences, its data.train
+    assert "'dog' in 'the dog sees a cat .'" in out and len(out.strip().splitlines()) >= 4
+    assert main(["neighbours", str(run_dir), "dog", "--corpus", "x"]) == 2
+    assert "--corpus goes with --in" in capsys.readouterr().err
     assert main(["explain", str(run_dir)]) == 2
     assert "needs RUN_DIR and a sentence" in capsys.readouterr().err
 

@@ -56,12 +56,28 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_hypothesis(p)
     p.set_defaults(func=explain)
 
-    p = sub.add_parser("neighbours", help="nearest words in a learned embedding table")
+    p = sub.add_parser(
+        "neighbours", help="nearest words in a learned embedding table, or of a word's state in its sentence"
+    )
     add_run_dir(p)
     add_load_flags(p)
     p.add_argument("word", help="the word to look up (a word split into pieces: the mean of theirs)")
     p.add_argument("--side", choices=("source", "target"), default="source", help="which embedding table")
     p.add_argument("-k", type=positive_int, default=10, help="how many neighbours")
+    p.add_argument(
+        "--in",
+        dest="sentence",
+        metavar="SENTENCE",
+        help="the word's encoder state in this sentence, against its states in the --corpus sentences",
+    )
+    p.add_argument(
+        "--corpus",
+        metavar="SPEC",
+        help="with --in: the sentences to search, a corpus spec or prefix (default: the run's data.train)",
+    )
+    p.add_argument(
+        "--multi30k-dir", help="where the Multi30k files are (default: the run's data.multi30k_dir)"
+    )
     p.set_defaults(func=neighbours)
 
     p = sub.add_parser(
@@ -156,10 +172,24 @@ def explain(args: argparse.Namespace) -> None:
 
 
 def neighbours(args: argparse.Namespace) -> None:
-    from ..explain.neighbours import format_neighbours, neighbours
+    from ..data.read import read_parallel
+    from ..explain.neighbours import contextual, format_contextual, format_neighbours, neighbours
 
-    pieces, near = neighbours(load_translator([args.run_dir], args), args.word, side=args.side, k=args.k)
-    print(format_neighbours(args.word, pieces, near, args.side))
+    translator = load_translator([args.run_dir], args)
+    if args.sentence is None:
+        if args.corpus:
+            raise ValueError(
+                "--corpus goes with --in SENTENCE: the corpus where the word's states are sought"
+            )
+        pieces, near = neighbours(translator, args.word, side=args.side, k=args.k)
+        print(format_neighbours(args.word, pieces, near, args.side))
+        return
+    if args.side != "source":
+        raise ValueError("--in looks at the encoder's states: the source side only")
+    data = translator.config.data
+    spec = args.corpus or data.train
+    src, _ = read_parallel(spec, data.src_lang, data.tgt_lang, args.multi30k_dir or data.multi30k_dir)
+    print(format_contextual(contextual(translator, args.word, args.sentence, src, k=args.k)))
 
 
 def faithfulness(args: argparse.Namespace) -> None:

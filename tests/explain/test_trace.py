@@ -1,4 +1,4 @@
-"""Seeing inside: the step trace, the lecture's worked examples, alignment plots, neighbours."""
+"""Seeing inside: the step trace, the lecture's worked examples, alignment plots."""
 
 import math
 
@@ -8,7 +8,6 @@ import torch
 from lookback.config import DecodeConfig, from_dict
 from lookback.data.tokenizer import EOS, WordTokenizer
 from lookback.explain.alignment import merge_words, plot_alignment, word_groups
-from lookback.explain.neighbours import cosine, neighbours
 from lookback.explain.trace import embedding_similarities, format_trace, lecture, lecture_numbers, trace
 from lookback.translator import Translator
 
@@ -229,40 +228,3 @@ def test_plot_alignment_writes_a_labelled_heatmap(tmp_path, suffix):
 def test_plot_alignment_rejects_a_matrix_of_the_wrong_shape():
     with pytest.raises(ValueError, match="attention is"):
         plot_alignment(torch.ones(2, 3), ["a", "b"], ["x", "y"])
-
-
-# Neighbours
-
-
-def test_cosine_by_hand():
-    table = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, -2.0]])
-    assert torch.allclose(cosine(torch.tensor([2.0, 0.0]), table), torch.tensor([1.0, 0.5**0.5, 0.0]))
-
-
-def test_neighbours_ranks_rows_of_the_embedding_table():
-    t = toy_translator(attention="dot")
-    emb = t.model.encoder.embed.weight
-    with torch.no_grad():
-        emb.normal_()
-        ids = {w: t.src_tok.piece_to_id(w) for w in ("cat", "dog", "house")}
-        emb[ids["dog"]] = emb[ids["cat"]] * 2 + 0.01  # nearly the same direction as cat
-        emb[ids["house"]] = -emb[ids["cat"]]  # the opposite
-    pieces, near = neighbours(t, "cat", k=200)
-    assert pieces == ["cat"]
-    assert near[0][0] == "dog" and near[0][1] == pytest.approx(1.0, abs=1e-3)
-    assert near[-1] == ("house", pytest.approx(-1.0))
-    names = [p for p, _ in near]
-    assert "cat" not in names and "<pad>" not in names and "</s>" not in names
-    assert len(names) == t.src_tok.vocab_size - 4 - 1
-    _, near_fr = neighbours(t, "chien", side="target", k=3)
-    assert len(near_fr) == 3
-
-
-def test_neighbours_of_several_pieces_and_of_unknown_words():
-    t = toy_translator(attention="dot")
-    pieces, _ = neighbours(t, "big dog", k=2)
-    assert pieces == ["big", "dog"]
-    with pytest.raises(ValueError, match="not in the source vocabulary"):
-        neighbours(t, "zebra")
-    with pytest.raises(ValueError, match="side"):
-        neighbours(t, "dog", side="left")
