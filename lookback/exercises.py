@@ -18,6 +18,7 @@ from .config import ModelConfig
 from .data.tokenizer import BOS, EOS
 from .decoding.evaluate import bucket_of
 from .decoding.search import greedy
+from .decoding.translate import evaluating
 from .explain.attribution import agreement
 from .explain.faithfulness import uniform
 from .explain.trace import lecture_numbers
@@ -88,11 +89,10 @@ def check_bucket(bucket: Callable[[int], str]) -> bool:
 def check_greedy(decode: Callable, translator, sentences: list[str]) -> bool:
     """`decode(translator, sentence)`: greedy search by hand, the output token ids (without </s>)."""
     model = translator.model
-    model.eval()
     for sentence in sentences:
         ids = translator.source_ids([sentence])[0]
         src, src_len = torch.tensor([ids]), torch.tensor([len(ids)])
-        with torch.no_grad():
+        with torch.no_grad(), evaluating(model):
             want = greedy(model, src, src_len, translator.decode.max_ratio)[0].tokens
         got = [int(i) for i in decode(translator, sentence)]
         if got and got[0] == BOS:

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..data.batch import pad
 from ..data.tokenizer import SPECIALS, UNK
+from ..decoding.translate import evaluating
 
 
 def cosine(query: Tensor, table: Tensor) -> Tensor:
@@ -92,12 +93,10 @@ def states(translator, sentences: list[str], batch_size: int = 64) -> list[Tenso
     encoder = getattr(translator.model, "encoder", None)
     if encoder is None:
         raise ValueError("contextual states need one PyTorch model, not an ensemble or an export")
-    was_training = translator.model.training
-    translator.model.eval()
     ids = translator.source_ids(sentences)
     out: list[Tensor] = [torch.empty(0, 0)] * len(ids)
     order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: -len(ids[i]))
-    try:
+    with evaluating(translator.model):
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             src, src_len = pad([ids[i] for i in chunk])
@@ -106,8 +105,6 @@ def states(translator, sentences: list[str], batch_size: int = 64) -> list[Tenso
             )  # (B, S, He)
             for row, i in enumerate(chunk):
                 out[i] = h[row, : len(ids[i])]
-    finally:
-        translator.model.train(was_training)
     return out
 
 
