@@ -1,0 +1,202 @@
+"""python -m bench.gpu_check: lookback on an NVIDIA GPU, checked in one command, in under 8 minutes.
+
+    python -m bench.gpu_check                       # writes bench/results/<date>_<time>_gpu_check.json
+    python -m bench.gpu_check --plan                # prints the steps' commands; runs nothing
+    python -m bench.gpu_check --steps train bench --updates 200 -o OUT.json
+
+Three steps, each a child process with its own time limit (a step that fails or runs out of
+time is recorded with the end of its log, and the next one runs):
+
+1. **tests** (2 minutes): the test folders whose code has a CUDA path (training, the model,
+   decoding, the device and the translator). Their models are on `train.device: auto`, so on a
+   GPU they train and decode there.
+2. **train** (2 minutes): the README's main job (`configs/quickstart.yaml`) for `--updates`
+   updates on the GPU in bf16 (cuDNN's GRU; `torch.backends.cudnn`'s version is recorded), then
+   its validation BLEU; target tokens/s from its log.
+3. **bench** (3.5 minutes): `python -m bench --device cuda --quick --configs feed`: lookback and Joey
+   NMT on the same batches, on this GPU (Joey's environment comes from
+   `bench/peers/setup_joey.sh`, which needs the network once; without it Joey's figures are
+   recorded as missed, with the reason).
+
+The JSON holds the GPU, its driver, CUDA, cuDNN, torch, the CPU and its flags, and every
+step's figures, status, seconds and command. Without a CUDA GPU it stops at once with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .common import cpu_flags, cpu_model, shown, write_json
+from .prepare import REPO
+
+STEPS = ("tests", "train", "bench")
+LIMITS = {"tests": 120, "train": 120, "bench": 210}  # seconds: 7.5 minutes in all
+CUDA_TESTS = [
+    "tests/training",
+    "tests/model",
+    "tests/decoding",
+    "tests/test_device.py",
+    "tests/test_translator.py",
+]
+CONFIG = "configs/quickstart.yaml"
+
+
+def commands(updates: int, work: Path) -> dict[str, list[str]]:
+    """Each step's command line (`work`: a folder for the run and the bench's results)."""
+    py = sys.executable
+    run = work / "run"
+    sets = [
+        "train.device=cuda",
+        "train.precision=bf16",
+        f"train.max_steps={updates}",
+        f"train.valid_every={updates}",
+        f"train.run_dir={run}",
+        "train.time_limit=0",
+    ]
+    bench = ["--device", "cuda", "--quick", "--configs", "feed", "--results-dir", str(work / "bench")]
+    return {
+        "tests": [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", *CUDA_TESTS],
+        "train": [py, "-m", "lookback", "train", CONFIG, "--set", *sets],
+        "bench": [py, "-m", "bench", *bench],
+    }
+
+
+def run_step(name: str, cmd: list[str], limit: float, log: Path) -> dict[str, Any]:
+    """Run one step's command with its time limit; its status, seconds and the end of its log."""
+    start = time.perf_counter()
+    with log.open("w", encoding="utf-8") as out:
+        try:
+            rc = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=limit).returncode
+            status = "passed" if rc == 0 else f"failed (exit {rc})"
+        except subprocess.TimeoutExpired:
+            status = f"timed out after {limit:g} s"
+    text = log.read_text(encoding="utf-8", errors="replace")
+    return {
+        "status": status,
+        "seconds": round(time.perf_counter() - start, 1),
+        "command": shlex.join(shown(c) if c.startswith(str(REPO)) else c for c in cmd),
+        "log_tail": text[-3000:],
+        "figures": FIGURES[name](text, log.parent),
+    }
+
+
+def test_figures(text: str, _work: Path) -> dict[str, int]:
+    """pytest's summary line as numbers: {"passed": 120, "failed": 1, ...}."""
+    lines = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    if not lines:
+        return {}
+    counts = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", lines[-1])
+    return {word: int(n) for n, word in counts}
+
+
+def train_figures(_text: str, work: Path) -> dict[str, Any]:
+    """From the run's metrics.jsonl: updates, the last logged tokens/s, the last validation BLEU."""
+    metrics = work / "run" / "metrics.jsonl"
+    if not metrics.exists():
+        return {}
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out: dict[str, Any] = {}
+    for r in records:
+        if "tokens_per_s" in r:
+            out["target_tokens_per_s"] = r["tokens_per_s"]
+        if "bleu" in r:
+            out["valid_bleu"], out["updates"] = r["bleu"], r.get("step")
+    return out
+
+
+def bench_figures(_text: str, work: Path) -> dict[str, Any]:
+    """The bench's own results file (its figures and ratios), as it wrote it."""
+    found = sorted((work / "bench").glob("*.json"))
+    if not found:
+        return {}
+    result = json.loads(found[-1].read_text(encoding="utf-8"))
+    return {"figures": result.get("figures"), "ratios": result.get("ratios")}
+
+
+FIGURES = {"tests": test_figures, "train": train_figures, "bench": bench_figures}
+
+
+def gpu() -> dict[str, Any]:
+    """The GPU, its driver and the CUDA libraries torch runs on."""
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        driver = None
+    return {
+        "name": props.name,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "driver": driver,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "bf16": torch.cuda.is_bf16_supported(),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "-o", "--output", type=Path, help="results JSON (default: bench/results/STAMP_gpu_check.json)"
+    )
+    ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="which (default: all)")
+    ap.add_argument("--updates", type=int, default=300, help="the main job's training updates (default 300)")
+    ap.add_argument("--plan", action="store_true", help="print each step's command and limit; run nothing")
+    args = ap.parse_args(argv)
+    if not 1 <= args.updates <= 100_000:
+        ap.error(f"--updates must be between 1 and 100,000, not {args.updates}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    output = args.output or REPO / "bench" / "results" / f"{stamp}_gpu_check.json"
+    with tempfile.TemporaryDirectory(prefix="lookback-gpu-check-") as tmp:
+        work = Path(tmp)
+        cmds = commands(args.updates, work)
+        if args.plan:
+            for name in args.steps:
+                print(f"{name} (at most {LIMITS[name]} s): {shlex.join(cmds[name])}")
+            return 0
+        if not torch.cuda.is_available():
+            error = "this torch sees no CUDA GPU (torch.cuda.is_available() is False)"
+            print(f"bench.gpu_check: error: {error}", file=sys.stderr)
+            return 2
+        result: dict[str, Any] = {
+            "stamp": stamp,
+            "gpu": gpu(),
+            "cpu": cpu_model(),
+            "cpu_flags": cpu_flags(),
+            "torch": torch.__version__,
+            "environment": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "CUBLAS_"))},
+            "steps": {},
+        }
+        for name in args.steps:
+            print(f"gpu_check: {name} (at most {LIMITS[name]} s)", file=sys.stderr, flush=True)
+            step = run_step(name, cmds[name], LIMITS[name], work / f"{name}.log")
+            result["steps"][name] = step
+            done = f"{step['status']} in {step['seconds']} s; {step['figures']}"
+            print(f"gpu_check: {name}: {done}", file=sys.stderr)
+            write_json(output, result)  # after every step: a check cut short keeps what it has
+    print(f"gpu_check: wrote {shown(output)}", file=sys.stderr)
+    return 0 if all(s["status"] == "passed" for s in result["steps"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

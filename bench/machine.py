@@ -1,0 +1,347 @@
+"""python -m bench.machine: how much of the CPU lookback's training and decoding use, and where the rest goes.
+
+    python -m bench.machine -o bench/results/machine.json [--config configs/quickstart.yaml]
+        [--run runs/quickstart] [--updates 30] [--sentences 200] [--threads 2]
+
+1. **The machine's limit.** torch's fp32 matrix product (`torch.mm`) on square matrices of 512,
+   1,024 and 2,048: the best GFLOP/s is the machine's fp32 peak as PyTorch reaches it. Where
+   the CPU has VNNI (avx512_vnni, avx_vnni), int8 too: `torch._int_mm` (int32 sums) and a
+   dynamically quantised `nn.Linear` (what `--quantize int8` decodes with).
+2. **Training.** The config's model and batches, trained by `lookback train`'s own update
+   (`Trainer.train_step`: loss, backward, clipping, Adam) in fp32: target tokens/s over
+   `--updates` updates after 3 untimed ones; the FLOPs of the matrix products of the same
+   updates, counted by `torch.utils.flop_counter` (2 per multiply-add; elementwise work is
+   not counted); achieved GFLOP/s = FLOPs per target token x tokens/s, as a fraction of the
+   fp32 peak.
+3. **Decoding.** The run's best weights (`--run`, the main job's run by default; left out when
+   it does not exist) translate the first `--sentences` validation sentences, greedy and beam
+   5, batch 64, in fp32: sentences/s, FLOPs counted on the same call, the fraction of peak.
+4. **Where the rest goes.** `torch.profiler` over a few more updates and one decoding call:
+   each operator's own time (self time) in categories; matrix products also by size (FLOPs
+   a call), with the GFLOP/s each size reaches; "Python and the rest" is the wall clock minus
+   every operator's self time (the interpreter, the autograd engine's bookkeeping, the profiler's own cost).
+
+Run it on an otherwise idle machine, one process at a time. Every result records the CPU's
+model and flags, torch's version and the environment variables that cap the kernels
+(`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2` keeps an AVX-512 CPU to AVX2's kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from .common import cpu_flags, cpu_model, shown, write_json
+
+CONFIG = "configs/quickstart.yaml"
+RUN = "runs/quickstart"
+SIZES = (512, 1024, 2048)
+CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+# -- 1. the machine's limit -------------------------------------------------------------------
+
+
+def rate(run: Callable[[], Any], ops: float, repeats: int = 10, rounds: int = 3) -> float:
+    """G(FL)OP/s of `run`, which does `ops` operations: the median of `rounds` timings of
+    `repeats` calls, after 2 untimed calls."""
+    for _ in range(2):
+        run()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        times.append((time.perf_counter() - start) / repeats)
+    return ops / statistics.median(times) / 1e9
+
+
+def gemm_peak(sizes: Iterable[int] = SIZES, int8: bool = False) -> dict[str, Any]:
+    """The fp32 product's GFLOP/s on n x n matrices for each n, their best as `peak`; with
+    `int8`, also int8 x int8 -> int32 (`torch._int_mm`) and a dynamically quantised Linear."""
+    from lookback.runtime.fast import quantize_torch
+
+    fp32 = {}
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        fp32[n] = rate(lambda a=a, b=b: torch.mm(a, b), 2 * n**3)
+    out: dict[str, Any] = {
+        "fp32_gflops": {str(n): round(g, 1) for n, g in fp32.items()},
+        "fp32_peak_gflops": round(max(fp32.values()), 1),
+    }
+    if int8:
+        int_mm, linear = {}, {}
+        for n in sizes:
+            a = torch.randint(-128, 128, (n, n), dtype=torch.int8)
+            b = torch.randint(-128, 128, (n, n), dtype=torch.int8)
+            int_mm[n] = rate(lambda a=a, b=b: torch._int_mm(a, b), 2 * n**3)
+            layer = quantize_torch(torch.nn.Sequential(torch.nn.Linear(n, n, bias=False)))
+            x = torch.randn(n, n)
+            linear[n] = rate(lambda layer=layer, x=x: layer(x), 2 * n**3)
+        out["int8_int_mm_gops"] = {str(n): round(g, 1) for n, g in int_mm.items()}
+        out["int8_dynamic_linear_gops"] = {str(n): round(g, 1) for n, g in linear.items()}
+        out["int8_peak_gops"] = round(max(*int_mm.values(), *linear.values()), 1)
+    return out
+
+
+# -- 2, 3. achieved FLOP/s ---------------------------------------------------------------------
+
+
+def counted_flops(run: Callable[[], Any]) -> tuple[Any, int]:
+    """`run()`'s result and the FLOPs of its matrix products (forward and backward)."""
+    with FlopCounterMode(display=False) as counter:
+        result = run()
+    return result, counter.get_total_flops()
+
+
+def trainer_for(config: str, run_dir: Path, threads: int, sets: list[str]):
+    """lookback's Trainer for `config` in fp32, writing into `run_dir` (a temporary folder)."""
+    from lookback.config import load_config
+    from lookback.training.train import Trainer
+
+    fixed = [f"train.run_dir={run_dir}", "train.precision=fp32", f"train.threads={threads}"]
+    return Trainer(load_config(config, [*sets, *fixed]))
+
+
+def training(trainer, updates: int) -> dict[str, Any]:
+    """Target tokens/s over `updates` updates after 3 untimed ones, and the FLOPs of the same
+    batches (counted on a second pass over them: the counter slows what it counts)."""
+    plan = iter(trainer.plan)
+    for _ in range(3):
+        trainer.train_step(*next(plan))
+    batches = [next(plan) for _ in range(updates)]
+    tokens = sum(b.n_tokens for bs in batches for b in bs)
+    start = time.perf_counter()
+    for bs in batches:
+        trainer.train_step(*bs)
+    seconds = time.perf_counter() - start
+    flops = sum(counted_flops(lambda bs=bs: trainer.train_step(*bs))[1] for bs in batches)
+    return {
+        "updates": updates,
+        "target_tokens": tokens,
+        "seconds": round(seconds, 3),
+        "target_tokens_per_s": round(tokens / seconds, 1),
+        "flops_per_target_token": round(flops / tokens),
+        "achieved_gflops": round(flops / seconds / 1e9, 2),
+    }
+
+
+def decoding(translator, sentences: list[str], beam: int) -> dict[str, Any]:
+    """Sentences/s of one call that translates `sentences` (after an untimed warm-up on 16 of
+    them), and the FLOPs of the same call."""
+    translator.translate(sentences[:16], beam=beam)
+    start = time.perf_counter()
+    out = translator.translate(sentences, beam=beam)
+    seconds = time.perf_counter() - start
+    again, flops = counted_flops(lambda: translator.translate(sentences, beam=beam))
+    assert [t.text for t in again] == [t.text for t in out], "decoding is not deterministic"
+    words = sum(len(t.tokens) for t in out)
+    return {
+        "beam": beam,
+        "sentences": len(sentences),
+        "output_tokens": words,
+        "seconds": round(seconds, 3),
+        "sentences_per_s": round(len(sentences) / seconds, 2),
+        "flops_per_sentence": round(flops / len(sentences)),
+        "achieved_gflops": round(flops / seconds / 1e9, 2),
+    }
+
+
+# -- 4. where the rest goes --------------------------------------------------------------------
+
+PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::mv"}
+COPIES = ("copy", "cat", "stack", "index", "gather", "scatter", "embedding", "clone", "contiguous", "select")
+VIEWS = ("slice", "view", "reshape", "transpose", "permute", "expand", "narrow", "split", "unbind", "squeeze")
+ALLOCATION = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_"}
+
+
+def category(name: str) -> str:
+    """The category of an operator other than a matrix product, by its name."""
+    low = name.lower()
+    if any(k in low for k in ("gru", "lstm", "rnn_")):
+        return "recurrence (the RNN cells' own work)"
+    if any(k in name for k in ("softmax", "nll_loss", "cross_entropy")):
+        return "softmax and the loss"
+    if "layer_norm" in name:
+        return "layer norm"
+    if "_foreach_" in name or "norm" in name:
+        return "Adam (foreach) and clipping"
+    if name in ALLOCATION:
+        return "allocation"
+    if "Backward" in name or name.startswith("autograd::") or "accumulate" in low:
+        return "autograd bookkeeping"
+    if any(k in name for k in COPIES + VIEWS):
+        return "copies, views and indexing"
+    return "elementwise" if name.startswith("aten::") else "other operators"
+
+
+BINS = (1e6, 1e7, 1e8, 1e9)  # FLOPs a call: under 1 MFLOP, 1-10, 10-100, 100-1,000, 1 GFLOP and more
+
+
+def product_flops(name: str, shapes: list[list[int]]) -> int:
+    """2 x the multiply-adds of one call of a matrix product, from its inputs' shapes."""
+    mats = [s for s in shapes if len(s) in (2, 3)]
+    if name in ("aten::addmm", "aten::baddbmm"):
+        mats = mats[-2:]  # the bias or accumulator comes first
+    if name in ("aten::mv", "aten::addmv"):
+        (m, k) = [s for s in shapes if len(s) == 2][-1]
+        return 2 * m * k
+    if len(mats) < 2:
+        return 0
+    a, b = mats[-2], mats[-1]
+    batch = a[0] if len(a) == 3 else 1
+    return 2 * batch * a[-2] * a[-1] * b[-1]
+
+
+def size_bin(flops: float) -> str:
+    names = ["under 1 MFLOP", "1-10 MFLOP", "10-100 MFLOP", "100 MFLOP-1 GFLOP", "1 GFLOP and more"]
+    return names[sum(flops >= edge for edge in BINS)]
+
+
+def categorise(events: Iterable[tuple[str, float, int, list[list[int]]]], wall_us: float) -> dict[str, Any]:
+    """Self time by category from (operator, self microseconds, calls, input shapes) rows, as
+    shares of the wall clock; matrix products also by size, each with the GFLOP/s it reached."""
+    seconds: dict[str, float] = {}
+    products: dict[str, dict[str, float]] = {}
+    for name, self_us, calls, shapes in events:
+        if name in PRODUCTS:
+            key = "matrix products"
+            each = product_flops(name, shapes)
+            b = products.setdefault(size_bin(each), {"calls": 0, "seconds": 0.0, "flops": 0.0})
+            b["calls"] += calls
+            b["seconds"] += self_us / 1e6
+            b["flops"] += each * calls
+        else:
+            key = category(name)
+        seconds[key] = seconds.get(key, 0.0) + self_us / 1e6
+    wall = wall_us / 1e6
+    seconds["Python and the rest"] = max(0.0, wall - sum(seconds.values()))
+    order = sorted(seconds, key=seconds.get, reverse=True)
+    by_size = {
+        name: {
+            "calls": int(b["calls"]),
+            "share": round(b["seconds"] / wall, 4),
+            "gflops": round(b["flops"] / b["seconds"] / 1e9, 1) if b["seconds"] else None,
+        }
+        for name, b in sorted(products.items(), key=lambda kv: kv[1]["flops"] / max(kv[1]["calls"], 1))
+    }
+    return {
+        "wall_seconds": round(wall, 3),
+        "shares": {k: round(seconds[k] / wall, 4) for k in order},
+        "matrix_products_by_size": by_size,
+    }
+
+
+def profiled(run: Callable[[], Any]) -> dict[str, Any]:
+    """`run()` under torch.profiler, its operators' self times in categories."""
+    from torch.profiler import ProfilerActivity, profile
+
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        run()
+    wall_us = (time.perf_counter() - start) * 1e6
+    rows = [
+        (e.key, e.self_cpu_time_total, e.count, list(e.input_shapes or []))
+        for e in prof.key_averages(group_by_input_shape=True)
+    ]
+    return categorise(rows, wall_us)
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def fraction(achieved: float, peak: float) -> float:
+    return round(achieved / peak, 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.machine", description=__doc__.split("\n")[0])
+    ap.add_argument("-o", "--output", type=Path, required=True, help="results JSON")
+    ap.add_argument("--config", default=CONFIG, help=f"the training config (default {CONFIG})")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key (repeatable)")  # fmt: skip
+    ap.add_argument("--run", default=RUN, help=f"a trained run to decode with (default {RUN})")
+    ap.add_argument("--updates", type=int, default=30, help="timed training updates (default 30)")
+    ap.add_argument("--sentences", type=int, default=200, help="validation sentences to decode (default 200)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="square GEMM sizes")
+    args = ap.parse_args(argv)
+    for name, value in (("--updates", args.updates), ("--sentences", args.sentences)):
+        if value < 1:
+            ap.error(f"{name} must be at least 1, not {value}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    flags = cpu_flags()
+    say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    say(f"cpu: {cpu_model()}, {torch.get_num_threads()} threads; flags: {', '.join(flags)}")
+    peak = gemm_peak(args.sizes, int8=any(f in flags for f in VNNI))
+    say(f"fp32 GEMM: {peak['fp32_gflops']} GFLOP/s; peak {peak['fp32_peak_gflops']}")
+    if "int8_peak_gops" in peak:
+        say(f"int8 GEMM peak: {peak['int8_peak_gops']} GOP/s")
+    result: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpu_flags": flags,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "environment": {k: os.environ[k] for k in CAPS if k in os.environ},
+        "config": shown(args.config),
+        "sets": args.sets,
+        "peak": peak,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = trainer_for(args.config, Path(tmp) / "run", torch.get_num_threads(), args.sets)
+        train = training(trainer, args.updates)
+        train["fraction_of_fp32_peak"] = fraction(train["achieved_gflops"], peak["fp32_peak_gflops"])
+        plan = iter(trainer.plan)
+        more = [next(plan) for _ in range(5)]
+        train["profile"] = profiled(lambda: [trainer.train_step(*bs) for bs in more])
+        result["training"] = train
+        say(
+            f"training: {train['target_tokens_per_s']:,.0f} target tokens/s x "
+            f"{train['flops_per_target_token'] / 1e6:.1f} MFLOP = {train['achieved_gflops']} GFLOP/s, "
+            f"{train['fraction_of_fp32_peak']:.0%} of the fp32 peak"
+        )
+    result["decoding"] = decode(args, peak, say)
+    write_json(args.output, result)
+    say(f"wrote {args.output}")
+    return 0
+
+
+def decode(args, peak: dict[str, Any], say) -> dict[str, Any]:
+    """Greedy and beam 5 with the run's weights, or why they were left out."""
+    from lookback import Translator
+    from lookback.config import load_config
+    from lookback.data.read import read_parallel
+
+    if not (Path(args.run) / "config.yaml").exists():
+        say(f"decoding left out: no trained run in {args.run} (train one, or name it with --run)")
+        return {"left_out": f"no trained run in {shown(args.run)}"}
+    cfg = load_config(Path(args.run) / "config.yaml")
+    d = cfg.data
+    sources = read_parallel(d.valid, d.src_lang, d.tgt_lang, d.multi30k_dir)[0][: args.sentences]
+    translator = Translator.load(args.run, precision="fp32")
+    out: dict[str, Any] = {"run": shown(args.run)}
+    for beam in (1, 5):
+        r = decoding(translator, sources, beam)
+        r["fraction_of_fp32_peak"] = fraction(r["achieved_gflops"], peak["fp32_peak_gflops"])
+        r["profile"] = profiled(lambda beam=beam: translator.translate(sources[:64], beam=beam))
+        out["greedy" if beam == 1 else "beam5"] = r
+        say(
+            f"decoding, beam {beam}: {r['sentences_per_s']} sentences/s, {r['achieved_gflops']} GFLOP/s, "
+            f"{r['fraction_of_fp32_peak']:.1%} of the fp32 peak"
+        )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

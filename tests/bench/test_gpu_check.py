@@ -1,0 +1,103 @@
+"""bench/gpu_check.py on a machine without a GPU: its arguments, its plan, its refusal, and its
+steps' bookkeeping (time limits, failures, figures) on stand-in commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from bench import gpu_check
+
+
+def test_the_plan_prints_every_steps_command_and_runs_nothing(capsys):
+    assert gpu_check.main(["--plan", "--updates", "250"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["tests", "train", "bench"]
+    train = lines[1]
+    assert "lookback train configs/quickstart.yaml --set train.device=cuda train.precision=bf16" in train
+    assert "train.max_steps=250" in train and "(at most 120 s)" in train
+    assert "-m bench --device cuda --quick --configs feed" in lines[2]
+    assert "tests/training" in lines[0] and "tests/decoding" in lines[0]
+
+
+def test_the_plan_of_chosen_steps(capsys):
+    assert gpu_check.main(["--plan", "--steps", "bench"]) == 0
+    assert [line.split(" ")[0] for line in capsys.readouterr().out.splitlines()] == ["bench"]
+
+
+def test_without_a_gpu_it_stops_at_once_with_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "gpu.json"
+    assert gpu_check.main(["-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == "bench.gpu_check: error: this torch sees no CUDA GPU (torch.cuda.is_available() is False)\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--updates", "0"], "--updates must be between 1 and 100,000, not 0"),
+        (["--steps", "train", "deploy"], "invalid choice: 'deploy'"),
+        (["--updates", "many"], "invalid int value: 'many'"),
+    ],
+)
+def test_bad_arguments_are_refused_in_one_line(args, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(args)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_pytests_summary_becomes_numbers():
+    text = "....\n3 failed, 120 passed, 2 skipped in 61.2s\n"
+    assert gpu_check.test_figures(text, None) == {"failed": 3, "passed": 120, "skipped": 2}
+    assert gpu_check.test_figures("collected 0 items\n", None) == {}
+
+
+def test_the_training_figures_come_from_the_runs_metrics(tmp_path):
+    (tmp_path / "run").mkdir()
+    lines = [
+        {"step": 50, "kind": "train", "tokens_per_s": 30000.0},
+        {"step": 100, "kind": "train", "tokens_per_s": 41000.0},
+        {"step": 100, "kind": "valid", "bleu": 31.5},
+    ]
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert gpu_check.train_figures("", tmp_path) == {
+        "target_tokens_per_s": 41000.0,
+        "valid_bleu": 31.5,
+        "updates": 100,
+    }
+    assert gpu_check.train_figures("", tmp_path / "none") == {}
+
+
+def stand_ins(updates, work):
+    """Quick commands in place of the real steps: one passes, one fails, one outlives its limit."""
+    (work / "run").mkdir(parents=True, exist_ok=True)
+    metrics = work / "run" / "metrics.jsonl"
+    write = f"open({str(metrics)!r}, 'w').write('{{\"step\": {updates}, \"bleu\": 12.0}}\\n')"
+    return {
+        "tests": [sys.executable, "-c", "print('5 passed in 0.1s')"],
+        "train": [sys.executable, "-c", f"{write}; raise SystemExit(3)"],
+        "bench": [sys.executable, "-c", "import time; time.sleep(30)"],
+    }
+
+
+def test_every_step_is_recorded_whatever_becomes_of_it(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gpu_check, "gpu", lambda: {"name": "stand-in"})
+    monkeypatch.setattr(gpu_check, "commands", stand_ins)
+    monkeypatch.setitem(gpu_check.LIMITS, "bench", 1)
+    out = tmp_path / "gpu.json"
+    assert gpu_check.main(["-o", str(out), "--updates", "7"]) == 1  # not every step passed
+    result = json.loads(out.read_text())
+    steps = result["steps"]
+    assert steps["tests"]["status"] == "passed" and steps["tests"]["figures"] == {"passed": 5}
+    assert steps["train"]["status"] == "failed (exit 3)" and steps["train"]["figures"] == {
+        "valid_bleu": 12.0,
+        "updates": 7,
+    }
+    assert steps["bench"]["status"] == "timed out after 1 s" and steps["bench"]["seconds"] < 10
+    assert result["gpu"] == {"name": "stand-in"} and result["cpu_flags"] == gpu_check.cpu_flags()
+    assert "gpu_check: train: failed (exit 3)" in capsys.readouterr().err

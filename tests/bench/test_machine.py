@@ -1,0 +1,122 @@
+"""bench/machine.py: FLOPs of matrix products from their shapes, the profile's categories, and
+the command end to end on a tiny model (its figures mean nothing; their presence and sums do)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from bench import machine
+from bench.machine import categorise, counted_flops, product_flops, size_bin
+
+from ..helpers import tiny_train_config, train_tiny
+
+
+def test_a_products_flops_come_from_its_input_shapes():
+    assert product_flops("aten::mm", [[3, 4], [4, 5]]) == 2 * 3 * 4 * 5
+    assert product_flops("aten::addmm", [[5], [3, 4], [4, 5], [], []]) == 2 * 3 * 4 * 5  # bias first
+    assert product_flops("aten::addmm", [[3, 5], [3, 4], [4, 5], [], []]) == 2 * 3 * 4 * 5
+    assert product_flops("aten::bmm", [[2, 3, 4], [2, 4, 5]]) == 2 * 2 * 3 * 4 * 5
+    assert product_flops("aten::baddbmm", [[2, 3, 5], [2, 3, 4], [2, 4, 5], [], []]) == 2 * 2 * 3 * 4 * 5
+    assert product_flops("aten::mv", [[6, 7], [7]]) == 2 * 6 * 7
+
+
+def test_the_counter_counts_a_linear_layers_forward_and_backward():
+    layer = torch.nn.Linear(8, 16, bias=True)
+    x = torch.randn(4, 8, requires_grad=True)
+    _, flops = counted_flops(lambda: layer(x).sum().backward())
+    assert flops == 3 * 2 * 4 * 8 * 16  # forward, the weights' gradient, the input's gradient
+
+
+def test_sizes_fall_in_decades():
+    assert size_bin(999_999) == "under 1 MFLOP"
+    assert size_bin(1_000_000) == "1-10 MFLOP"
+    assert size_bin(5e8) == "100 MFLOP-1 GFLOP"
+    assert size_bin(4e9) == "1 GFLOP and more"
+
+
+def test_self_times_are_shared_out_and_the_rest_is_python():
+    rows = [
+        ("aten::mm", 2_000.0, 10, [[100, 100], [100, 100]]),  # 10 calls of 2 MFLOP in 2 ms: 10 GFLOP/s
+        ("aten::addmm", 1_000.0, 1, [[10], [1000, 1000], [1000, 10], [], []]),  # 20 MFLOP in 1 ms
+        ("aten::_thnn_fused_gru_cell", 500.0, 5, []),
+        ("aten::_log_softmax", 250.0, 1, []),
+        ("aten::native_layer_norm", 250.0, 2, []),
+        ("aten::_foreach_add_", 100.0, 1, []),
+        ("aten::empty", 50.0, 40, []),
+        ("aten::copy_", 150.0, 3, []),
+        ("autograd::engine::evaluate_function: MmBackward0", 200.0, 4, []),
+        ("aten::tanh", 500.0, 4, []),
+    ]
+    out = categorise(rows, wall_us=10_000.0)
+    shares = out["shares"]
+    assert shares["matrix products"] == pytest.approx(0.3)
+    assert shares["recurrence (the RNN cells' own work)"] == pytest.approx(0.05)
+    assert shares["softmax and the loss"] == pytest.approx(0.025)
+    assert shares["layer norm"] == pytest.approx(0.025)
+    assert shares["Adam (foreach) and clipping"] == pytest.approx(0.01)
+    assert shares["allocation"] == pytest.approx(0.005)
+    assert shares["copies, views and indexing"] == pytest.approx(0.015)
+    assert shares["autograd bookkeeping"] == pytest.approx(0.02)
+    assert shares["elementwise"] == pytest.approx(0.05)
+    assert shares["Python and the rest"] == pytest.approx(0.5)
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    assert list(shares)[0] == "Python and the rest"  # largest first
+    sizes = out["matrix_products_by_size"]
+    assert sizes["1-10 MFLOP"] == {"calls": 10, "share": 0.2, "gflops": 10.0}
+    assert sizes["10-100 MFLOP"] == {"calls": 1, "share": 0.1, "gflops": 20.0}
+
+
+def test_the_peak_is_the_best_size_and_int8_is_measured_when_asked():
+    out = machine.gemm_peak([32, 64], int8=True)
+    assert set(out["fp32_gflops"]) == {"32", "64"}
+    assert out["fp32_peak_gflops"] == max(out["fp32_gflops"].values()) > 0
+    assert out["int8_peak_gops"] == max(
+        *out["int8_int_mm_gops"].values(), *out["int8_dynamic_linear_gops"].values()
+    )
+    assert "int8_peak_gops" not in machine.gemm_peak([32], int8=False)
+
+
+def test_the_command_measures_training_and_decoding_of_a_tiny_model(tmp_path, capsys):
+    run = train_tiny(tmp_path / "runs", "additive")
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_train_config(tmp_path)), encoding="utf-8")
+    out = tmp_path / "machine.json"
+    args = ["-o", str(out), "--config", str(config), "--run", str(run), "--updates", "3", "--sentences", "8"]
+    assert machine.main([*args, "--threads", "1", "--sizes", "32", "64"]) == 0
+    result = json.loads(out.read_text())
+    assert (
+        result["cpu_flags"] == machine.cpu_flags() and result["cpu"] and result["torch"] == torch.__version__
+    )
+    train = result["training"]
+    assert train["updates"] == 3 and train["target_tokens_per_s"] > 0 and train["flops_per_target_token"] > 0
+    assert train["achieved_gflops"] == pytest.approx(
+        train["flops_per_target_token"] * train["target_tokens_per_s"] / 1e9, rel=0.01
+    )
+    assert train["fraction_of_fp32_peak"] == round(
+        train["achieved_gflops"] / result["peak"]["fp32_peak_gflops"], 3
+    )
+    assert sum(train["profile"]["shares"].values()) == pytest.approx(1.0, abs=0.01)
+    assert train["profile"]["shares"]["matrix products"] > 0
+    for name in ("greedy", "beam5"):
+        d = result["decoding"][name]
+        assert d["sentences"] == 8 and d["flops_per_sentence"] > 0 and d["sentences_per_s"] > 0
+    assert (
+        result["decoding"]["beam5"]["flops_per_sentence"] > result["decoding"]["greedy"]["flops_per_sentence"]
+    )
+    assert "of the fp32 peak" in capsys.readouterr().err
+
+
+def test_decoding_is_left_out_without_a_run_and_bad_counts_are_refused(tmp_path, capsys):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_train_config(tmp_path)), encoding="utf-8")
+    out = tmp_path / "machine.json"
+    args = ["-o", str(out), "--config", str(config), "--run", str(tmp_path / "none"), "--sizes", "32"]
+    assert machine.main([*args, "--updates", "2", "--threads", "1"]) == 0
+    assert json.loads(out.read_text())["decoding"] == {"left_out": f"no trained run in {tmp_path / 'none'}"}
+    with pytest.raises(SystemExit):
+        machine.main([*args, "--updates", "0"])
+    assert "--updates must be at least 1, not 0" in capsys.readouterr().err
