@@ -130,7 +130,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--joey-venv", type=Path, default=JOEY_VENV, help="Joey NMT's venv (bench/peers/setup_joey.sh)"
     )
     ap.add_argument("--results-dir", type=Path, help="where the JSON goes (default bench/results[/quick])")
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--joey-recipe",
+        default="same",
+        choices=list(settings.JOEY_RECIPES),
+        help="Joey's training recipe: 'same' (lookback's optimiser setting and batches: like for like), "
+        "'peer' (the peer file's: its plateau scheduler) or 'iwslt' (Joey's own recurrent config); "
+        "bench/settings.py",
+    )
+    ap.add_argument(
+        "--joey-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"change the Joey recipe's {', '.join(settings.JOEY_KEYS)} (the search for Joey's best); "
+        "recorded in the JSON",
+    )
+    args = ap.parse_args(argv)
+    try:
+        args.joey = settings.joey_recipe(args.joey_recipe, args.joey_set)
+    except ValueError as exc:
+        ap.error(str(exc))
+    return args
 
 
 def resolve_device(choice: str) -> str:
@@ -252,6 +273,7 @@ def make_spec(plan: Plan, config: str, out_dir: Path, seed_dir: Path) -> dict[st
         "joey_vocab": str(work / "joey_vocab.txt"),
         "lookback_seed": str(seed_dir),
         "lookback_overrides": plan.args.lookback_set,
+        "joey": plan.args.joey,  # Joey's recipe: lr, batch_sentences, schedule (settings.JOEY_RECIPES)
         "out_dir": str(out_dir),
     }
 
@@ -522,6 +544,7 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
             "decode_batch_size": settings.DECODE["batch_size"],
             "length_penalty": settings.DECODE["length_penalty"],
             "lookback_overrides": plan.args.lookback_set,  # any of these: not the same configuration
+            "joey_recipe": plan.args.joey,  # other than "same": not the same configuration
             "recipe": plan.recipe,  # the recipe system: its config file, model and training recipe
             "joey_from": str(plan.args.joey_from) if plan.args.joey_from else None,  # Joey not run again
         },

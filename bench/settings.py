@@ -43,6 +43,63 @@ TRAIN = {
 
 DECODE = {"batch_size": 64, "beams": [1, 5], "length_penalty": 1.0}
 
+# Joey NMT's training recipe (`python -m bench --joey-recipe NAME [--joey-set KEY=VALUE]`).
+# "same": the like-for-like case, lookback's optimiser setting (Adam 1e-3, constant) and the
+# same batches. "peer": the peer file's run (../shared/peers/joeynmt.md): Adam 1e-3, 80
+# sentences, Joey's plateau scheduler with its defaults (factor 0.1, patience 10). "iwslt":
+# Joey's own recurrent recipe (its configs/iwslt14_deen_bpe.yaml): Adam 2e-4, 80 sentences,
+# plateau with factor 0.7, patience 8. Joey steps its plateau scheduler after each validation
+# on its early-stopping metric; here that is the harness's validation (every 2 training
+# minutes) and its greedy BLEU ("early_stopping_metric: bleu", so mode max).
+JOEY_RECIPES: dict[str, dict[str, Any]] = {
+    "same": {"lr": TRAIN["lr"], "batch_sentences": TRAIN["batch_sentences"], "schedule": "constant"},
+    "peer": {
+        "lr": 1e-3,
+        "batch_sentences": 80,
+        "schedule": "plateau",
+        "decrease_factor": 0.1,
+        "patience": 10,
+    },
+    "iwslt": {
+        "lr": 2e-4,
+        "batch_sentences": 80,
+        "schedule": "plateau",
+        "decrease_factor": 0.7,
+        "patience": 8,
+    },
+}
+JOEY_KEYS = {"lr": float, "batch_sentences": int, "schedule": str, "decrease_factor": float, "patience": int}
+SCHEDULES = ("constant", "plateau")
+
+
+def joey_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
+    """A named Joey recipe with `KEY=VALUE` overrides (--joey-set); ValueError names a bad one."""
+    if name not in JOEY_RECIPES:
+        raise ValueError(f"--joey-recipe: {name!r} is none of {', '.join(JOEY_RECIPES)}")
+    recipe = {"decrease_factor": 0.1, "patience": 10, **JOEY_RECIPES[name]}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or key not in JOEY_KEYS:
+            raise ValueError(
+                f"--joey-set {item!r}: expected KEY=VALUE with KEY one of {', '.join(JOEY_KEYS)}"
+            )
+        try:
+            recipe[key] = JOEY_KEYS[key](value)
+        except ValueError:
+            kind = "a whole number" if JOEY_KEYS[key] is int else "a number"
+            raise ValueError(f"--joey-set {item!r}: {value!r} is not {kind}") from None
+    if recipe["schedule"] not in SCHEDULES:
+        raise ValueError(f"--joey-set schedule={recipe['schedule']}: expected one of {', '.join(SCHEDULES)}")
+    if recipe["lr"] <= 0 or recipe["batch_sentences"] < 1 or recipe["patience"] < 0:
+        raise ValueError(
+            f"--joey-set: lr must be positive, batch_sentences at least 1, patience at least 0: {recipe}"
+        )
+    if not 0 < recipe["decrease_factor"] < 1:
+        raise ValueError(f"--joey-set decrease_factor={recipe['decrease_factor']}: must lie between 0 and 1")
+    recipe["name"] = name
+    return recipe
+
+
 # name -> what differs from MODEL
 CONFIGS: dict[str, dict[str, Any]] = {
     "feed": {"input_feeding": True},  # Joey's default and the peer file's setup

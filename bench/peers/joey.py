@@ -22,10 +22,13 @@ The equivalent Joey config (written to OUT_DIR/joey/config.yaml):
   lookback's `attend_from: current`), `init_hidden: bridge`,
   `input_feeding` from the named configuration, dropout 0.3 on embeddings
   and before the attentional layer, Joey's default initialisers;
-- training: Adam 1e-3, `clip_grad_norm: 1.0`, `normalization: tokens`
+- training: Adam, `clip_grad_norm: 1.0`, `normalization: tokens`
   (loss averaged over target tokens, as lookback does; Joey's default
-  `batch` would change what the clip acts on), a constant learning rate
-  on both sides (the harness's validations step no schedule);
+  `batch` would change what the clip acts on); learning rate, batch size
+  and schedule from Joey's recipe (bench/settings.py JOEY_RECIPES, `--joey-recipe`):
+  like for like ("same"), Adam 1e-3 held constant on both sides; "peer" and
+  "iwslt", Joey's own plateau scheduler (`joeynmt.builders`), stepped after
+  each of the harness's validations on its BLEU;
 - batching: `batch_type: sentence`, `batch_size: 80`. Joey's
   SentenceBatchSampler is kept, so its pipeline costs what it costs in
   Joey (each pair is tokenised when sampled and again when collated), but
@@ -65,9 +68,27 @@ from bench.common import (  # noqa: E402
 )
 
 
+def joey_recipe(spec: dict[str, Any]) -> dict[str, Any]:
+    """Joey's training recipe (bench/settings.py JOEY_RECIPES); a spec without one: like for like."""
+    same = {"lr": spec["lr"], "batch_sentences": spec["batch_sentences"], "schedule": "constant"}
+    return spec.get("joey") or same
+
+
 def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
-    """The Joey NMT config equivalent to lookback's benchmark configuration."""
+    """The Joey NMT config equivalent to lookback's benchmark configuration, with Joey's recipe."""
     m, data = spec["model"], Path(spec["data_dir"])
+    recipe = joey_recipe(spec)
+    if recipe["schedule"] == "plateau":  # Joey's own ReduceLROnPlateau, stepped at each validation
+        schedule = {
+            "scheduling": "plateau",
+            "decrease_factor": recipe["decrease_factor"],
+            "patience": recipe["patience"],
+        }
+    else:
+        # Never stepped: the rate stays constant, as lookback's in the like-for-like case. Joey
+        # 2.3.0 wants some scheduler; `decaying` (StepLR, stepped per epoch by Joey's own loop,
+        # which the harness does not run) builds without one.
+        schedule = {"scheduling": "decaying"}
 
     def side(lang: str) -> dict[str, Any]:
         return {
@@ -104,17 +125,13 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
         "training": {
             "optimizer": "adam",
             "adam_betas": [0.9, 0.999],
-            "learning_rate": spec["lr"],
+            "learning_rate": recipe["lr"],
             "clip_grad_norm": spec["clip"],
-            # Never stepped here: the rate stays 1e-3, as lookback's (its ReduceLROnPlateau only
-            # steps at validation, and no validation runs inside the budget). Joey 2.3.0 wants
-            # some scheduler, and its `plateau` passes ReduceLROnPlateau(verbose=...), which
-            # torch 2.13 no longer accepts; `decaying` (StepLR, per epoch) builds fine.
-            "scheduling": "decaying",
+            **schedule,
             "normalization": "tokens",
             "loss": "crossentropy",
             "label_smoothing": 0.0,
-            "batch_size": spec["batch_sentences"],
+            "batch_size": recipe["batch_sentences"],
             "batch_type": "sentence",
             "batch_multiplier": 1,
             "shuffle": True,
@@ -175,13 +192,27 @@ def _check_equivalent(spec: dict[str, Any]) -> None:
         raise ValueError("; ".join(problems))
 
 
+class Plateau:
+    """torch's ReduceLROnPlateau as Joey 2.3.0 builds it, less the `verbose` argument that torch
+    2.7 removed (Joey passes verbose=False, so the scheduler behaves the same without it): the
+    one change the peer file made to Joey, made here without editing the installed package."""
+
+    def __new__(cls, optimizer, verbose: bool = False, **kwargs):
+        from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+        return ReduceLROnPlateau(optimizer, **kwargs)
+
+
 def _load(spec: dict[str, Any], task: str):
     """Joey's own set-up: config, data, vocabulary, model (and, to translate, the trained weights)."""
     import torch
     import yaml
+    from joeynmt import builders
     from joeynmt.config import load_config, parse_global_args
     from joeynmt.helpers import make_model_dir, set_seed
     from joeynmt.prediction import prepare
+
+    builders.ReduceLROnPlateau = Plateau  # Joey's own plateau scheduler, under torch 2.13
 
     _check_equivalent(spec)
     if spec["device"] == "cuda" and not torch.cuda.is_available():
@@ -250,7 +281,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     )
     if args.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(args.device)
-    n, size = len(train_data), spec["batch_sentences"]
+    n, size = len(train_data), joey_recipe(spec)["batch_sentences"]
     if n != spec["train_pairs"]:
         raise ValueError(f"Joey reads {n} training pairs, lookback {spec['train_pairs']}")
     _check_pieces(train_data, spec)
@@ -272,7 +303,8 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
                 yield batch
 
     def step(batch) -> int:
-        # TrainManager.train_and_validate's body with batch_multiplier 1 and no scheduler
+        # TrainManager.train_and_validate's body with batch_multiplier 1 (a plateau schedule
+        # steps in validate(), after each validation, where Joey steps it)
         trainer._train_step(batch)  # forward, loss / tokens, backward; reads the loss (.item())
         if trainer.clip_grad_fun is not None:
             trainer.clip_grad_fun(parameters=model.parameters())
@@ -282,10 +314,17 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
 
     refs = read_lines(Path(spec["data_dir"]) / f"{spec['valid']}.{spec['tgt_lang']}")
 
+    rates: list[float] = []  # the learning rate after each validation
+
     def validate() -> float:  # greedy BLEU on the validation set, as lookback's side
         import sacrebleu
 
-        return sacrebleu.corpus_bleu(_predict(args, model, dev_data, 1, spec["length_penalty"]), [refs]).score
+        hyps = _predict(args, model, dev_data, 1, spec["length_penalty"])
+        bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
+        if trainer.scheduler_step_at == "validation":  # Joey's plateau: on its metric, BLEU here
+            trainer.scheduler.step(metrics=bleu)
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+        return bleu
 
     figures = timed_training(
         batches(),
@@ -297,6 +336,8 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         validate,
         spec["validate_every_s"],
     )
+    figures["learning_rates"] = rates  # one per validation of the curve
+    figures["joey_recipe"] = joey_recipe(spec)
     figures["epochs"] = figures["steps"] * size / n
     figures["train_pairs"] = n
     figures["parameters"] = sum(p.numel() for p in model.parameters())
