@@ -38,7 +38,8 @@ from . import settings
 from .common import cpu_flags, cpu_model, minutes_to, read_json, shown, write_json
 from .prepare import REPO, multi30k_dir, prepare_data, prepare_seed
 
-SYSTEMS = ("lookback", "joey", settings.RECIPE_SYSTEM)  # recipe: only with --recipe
+# recipe: only with --recipe; joey_best: only with --joey-best
+SYSTEMS = ("lookback", "joey", settings.RECIPE_SYSTEM, settings.JOEY_BEST)
 TASKS = ("train", "translate")
 JOEY_VENV = REPO / "bench" / ".venv-joey"
 RESULTS = REPO / "bench" / "results"
@@ -76,7 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--max-steps", type=int, default=0, help="also stop training after this many updates (0: no limit)"
     )
-    ap.add_argument("--only", choices=SYSTEMS[:2], help="measure one system only (no ratios)")
+    ap.add_argument(
+        "--only",
+        choices=[*SYSTEMS[:2], settings.JOEY_BEST],
+        help="measure one system only (no ratios); joey_best with --joey-best",
+    )
     ap.add_argument(
         "--recipe",
         nargs="?",
@@ -131,24 +136,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--results-dir", type=Path, help="where the JSON goes (default bench/results[/quick])")
     ap.add_argument(
-        "--joey-recipe",
-        default="same",
+        "--joey-best",
         choices=list(settings.JOEY_RECIPES),
-        help="Joey's training recipe: 'same' (lookback's optimiser setting and batches: like for like), "
-        "'peer' (the peer file's: its plateau scheduler) or 'iwslt' (Joey's own recurrent config); "
-        "bench/settings.py",
+        metavar="RECIPE",
+        help="also train Joey with its own recipe (a fourth system, joey_best): 'peer' (the peer file's: "
+        "Joey's plateau scheduler), 'iwslt' (Joey's own recurrent config) or 'same'; bench/settings.py",
     )
     ap.add_argument(
         "--joey-set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"change the Joey recipe's {', '.join(settings.JOEY_KEYS)} (the search for Joey's best); "
-        "recorded in the JSON",
+        help=f"change joey_best's {', '.join(settings.JOEY_KEYS)} (the search for Joey's best, judged "
+        "on validation BLEU); recorded in the JSON",
+    )
+    ap.add_argument(
+        "--joey-best-budget-minutes",
+        type=float,
+        help="joey_best's own training budget (default: --budget-minutes)",
     )
     args = ap.parse_args(argv)
+    if args.only == settings.JOEY_BEST and not args.joey_best:
+        ap.error("--only joey_best needs --joey-best RECIPE")
+    if args.joey_set and not args.joey_best:
+        ap.error("--joey-set changes joey_best's recipe: name one with --joey-best RECIPE")
     try:
-        args.joey = settings.joey_recipe(args.joey_recipe, args.joey_set)
+        args.joey = settings.joey_recipe(args.joey_best, args.joey_set) if args.joey_best else None
     except ValueError as exc:
         ap.error(str(exc))
     return args
@@ -214,7 +227,7 @@ def run_child(system: str, task: str, spec_path: Path, out_dir: Path, timeout: f
     """One measurement in a fresh process; its result, or a record of how it failed."""
     result_path = out_dir / f"{system}.{task}.json"
     log_path = out_dir / f"{system}.{task}.log"
-    if system != "joey":
+    if not system.startswith("joey"):
         cmd = [sys.executable, "-m", "bench.lookback_run", task, str(spec_path), str(result_path)]
     else:
         cmd = [
@@ -273,7 +286,6 @@ def make_spec(plan: Plan, config: str, out_dir: Path, seed_dir: Path) -> dict[st
         "joey_vocab": str(work / "joey_vocab.txt"),
         "lookback_seed": str(seed_dir),
         "lookback_overrides": plan.args.lookback_set,
-        "joey": plan.args.joey,  # Joey's recipe: lr, batch_sentences, schedule (settings.JOEY_RECIPES)
         "out_dir": str(out_dir),
     }
 
@@ -290,8 +302,15 @@ FIGURES = [
     ("BLEU beam 5, after the budget", ("translate", "beam5", "bleu"), "{:.2f}"),
     ("translate, peak RSS (GB)", ("translate", "peak_rss_bytes"), "{:.2f}"),
     ("parameters (M)", ("train", "parameters"), "{:.2f}"),
+    ("training, MFLOP per target token", ("train", "flops_per_target_token"), "{:.1f}"),
 ]
-SCALE = {"peak_rss_bytes": 1e-9, "peak_cuda_allocated_bytes": 1e-9, "parameters": 1e-6}
+PEAK_ROWS = ("training, GFLOP/s (matrix products)", "training, share of the fp32 GEMM peak")
+SCALE = {
+    "peak_rss_bytes": 1e-9,
+    "peak_cuda_allocated_bytes": 1e-9,
+    "parameters": 1e-6,
+    "flops_per_target_token": 1e-6,
+}
 
 
 def figure(system: dict[str, dict], path: tuple[str, ...]) -> float | None:
@@ -313,6 +332,8 @@ def quality_figures(systems: dict[str, dict]) -> dict[str, dict[str, float | Non
     levels = {f"minutes to validation BLEU {b:g}": b for b in settings.QUALITY_LEVELS}
     if curves.get("joey"):
         levels["minutes to Joey's final validation BLEU"] = curves["joey"][-1]["bleu"]
+    if curves.get(settings.JOEY_BEST):
+        levels["minutes to joey_best's final validation BLEU"] = curves[settings.JOEY_BEST][-1]["bleu"]
     table = {
         name: {s: minutes_to(c, level) if c else None for s, c in curves.items()}
         for name, level in levels.items()
@@ -321,14 +342,23 @@ def quality_figures(systems: dict[str, dict]) -> dict[str, dict[str, float | Non
     return table
 
 
-def figures_and_ratios(systems: dict[str, dict], system: str = "lookback") -> tuple[dict, dict]:
-    """Every figure of every system, and each one's ratio `system` / Joey."""
+def figures_and_ratios(
+    systems: dict[str, dict], system: str = "lookback", peer: str = "joey", peak: dict | None = None
+) -> tuple[dict, dict]:
+    """Every figure of every system, and each one's ratio `system` / `peer`. With `peak` (the
+    CPU's fp32 GEMM peak), also each system's training GFLOP/s in matrix products (its tokens/s
+    x the FLOPs per target token it counted) and their share of the peak."""
     table = {name: {s: figure(systems[s], path) for s in systems} for name, path, _ in FIGURES}
+    if peak:
+        speed, mflop = table["training, target tokens/s"], table["training, MFLOP per target token"]
+        gflops = {s: speed[s] * mflop[s] / 1e3 if speed[s] and mflop[s] else None for s in systems}
+        share = {s: g / peak["fp32_peak_gflops"] if g else None for s, g in gflops.items()}
+        table.update(dict(zip(PEAK_ROWS, (gflops, share), strict=True)))
     table.update(quality_figures(systems))
     ratios = {}
     for name, values in table.items():
-        mine, joey = values.get(system), values.get("joey")
-        ratios[name] = mine / joey if mine is not None and joey else None
+        mine, theirs = values.get(system), values.get(peer)
+        ratios[name] = mine / theirs if mine is not None and theirs else None
     return table, ratios
 
 
@@ -348,6 +378,8 @@ def print_table(record: dict[str, Any]) -> None:
     ratio_columns = {"lookback/joey": record["ratios"]}
     if record.get("ratios_recipe") is not None:
         ratio_columns["recipe/joey"] = record["ratios_recipe"]
+    if record.get("ratios_recipe_joey_best") is not None:
+        ratio_columns["recipe/joey_best"] = record["ratios_recipe_joey_best"]
     print(f"\n{title}")
     print(
         f"{'figure':40}" + "".join(f" {s:>12}" for s in systems) + "".join(f" {r:>14}" for r in ratio_columns)
@@ -358,7 +390,7 @@ def print_table(record: dict[str, Any]) -> None:
         if all(v is None for v in values.values()) and "GPU" in name:
             continue
         cells = [fmt.format(values[s]) if values.get(s) is not None else "-" for s in systems]
-        ratios = [r[name] for r in ratio_columns.values()]
+        ratios = [r.get(name) for r in ratio_columns.values()]
         print(
             f"{name:40}"
             + "".join(f" {c:>12}" for c in cells)
@@ -389,6 +421,8 @@ class Plan:
     results_dir: Path
     joey_error: str | None  # Joey could not be installed
     recipe: dict | None  # --recipe: settings.recipe_settings of its config file
+    joey_best_budget_s: float = 0.0  # --joey-best: its own budget
+    peak: dict | None = None  # bench.machine.gemm_peak: this CPU's fp32 GEMM peak
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -397,7 +431,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
     systems = [args.only] if args.only else list(SYSTEMS[:2])
     if args.recipe:
         systems.append(settings.RECIPE_SYSTEM)
-    joey_error = ensure_joey(args.joey_venv) if "joey" in systems and not args.joey_from else None
+    if args.joey_best and not args.only:
+        systems.append(settings.JOEY_BEST)
+    joeys = [s for s in systems if s == settings.JOEY_BEST or s == "joey" and not args.joey_from]
+    joey_error = ensure_joey(args.joey_venv) if joeys else None
     print(f"bench: preparing data in {args.work_dir}", flush=True)
     data = prepare_data(args.work_dir, mode["test_limit"])
     test = f"{settings.TEST_SET}_{mode['test_limit']}" if mode["test_limit"] else settings.TEST_SET
@@ -424,7 +461,22 @@ def make_plan(args: argparse.Namespace) -> Plan:
         results_dir=args.results_dir or (RESULTS / "quick" if args.quick else RESULTS),
         joey_error=joey_error,
         recipe=settings.recipe_settings(args.recipe, recipe_s / 60) if args.recipe else None,
+        joey_best_budget_s=(
+            args.joey_best_budget_minutes * 60 if args.joey_best_budget_minutes is not None else budget_s
+        ),
+        peak=gemm_peak(device),
     )
+
+
+def gemm_peak(device: str) -> dict | None:
+    """This CPU's fp32 matrix-product peak (bench.machine), against which each system's training
+    FLOP/s is read; about 10 s. None on a GPU."""
+    if device != "cpu":
+        return None
+    from .machine import gemm_peak as measure_peak
+
+    print("bench: measuring the CPU's fp32 GEMM peak", flush=True)
+    return measure_peak()
 
 
 def miss(system: str, task: str, error: str) -> dict[str, Any]:
@@ -462,13 +514,23 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
             recipe_error = (
                 f"preparing the recipe's seed failed: {type(exc).__name__}: {first_line(exc, limit=500)}"
             )
+    if settings.JOEY_BEST in plan.systems:  # Joey with its own recipe, and its own budget
+        spec_paths[settings.JOEY_BEST] = out_dir / "spec.joey_best.json"
+        best = {
+            **spec,
+            "system": settings.JOEY_BEST,
+            "joey": plan.args.joey,
+            "budget_s": plan.joey_best_budget_s,
+        }
+        write_json(spec_paths[settings.JOEY_BEST], best)
+    budgets = {settings.RECIPE_SYSTEM: plan.recipe_budget_s, settings.JOEY_BEST: plan.joey_best_budget_s}
     results: dict[str, dict] = {}
     for system in plan.systems:
         results[system] = {}
         for task in TASKS:
             if system == "joey" and plan.args.joey_from:
                 results[system][task] = earlier_result(plan.args.joey_from, system, task, out_dir, config)
-            elif system == "joey" and plan.joey_error:
+            elif system.startswith("joey") and plan.joey_error:
                 results[system][task] = miss(system, task, plan.joey_error)
             elif system == settings.RECIPE_SYSTEM and recipe_error:
                 results[system][task] = miss(system, task, recipe_error)
@@ -476,7 +538,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
                 results[system][task] = miss(system, task, "training failed")
             else:
                 print(f"bench: {config}: {system} {task} ...", flush=True)
-                budget_s = plan.recipe_budget_s if system == settings.RECIPE_SYSTEM else plan.budget_s
+                budget_s = budgets.get(system, plan.budget_s)
                 timeout = budget_s + 900 if task == "train" else 3600
                 results[system][task] = run_child(
                     system, task, spec_paths[system], out_dir, timeout, plan.args.joey_venv
@@ -510,8 +572,13 @@ def earlier_result(run_dir: Path, system: str, task: str, out_dir: Path, config:
 
 def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info: dict) -> dict[str, Any]:
     """The JSON of one configuration: machine, versions, settings, figures, ratios, raw results."""
-    table, ratios = figures_and_ratios(results)
-    recipe_ratios = figures_and_ratios(results, settings.RECIPE_SYSTEM)[1] if plan.recipe else None
+    table, ratios = figures_and_ratios(results, peak=plan.peak)
+    recipe_ratios = (
+        figures_and_ratios(results, settings.RECIPE_SYSTEM, peak=plan.peak)[1] if plan.recipe else None
+    )
+    best = settings.JOEY_BEST in results
+    ratios_best = figures_and_ratios(results, settings.RECIPE_SYSTEM, settings.JOEY_BEST, plan.peak)[1]
+    best_ratios = ratios_best if best else None
     errors = [f"{s} {t}: {r['error']}" for s, ts in results.items() for t, r in ts.items() if r.get("error")]
     return {
         "schema": 1,
@@ -544,13 +611,15 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
             "decode_batch_size": settings.DECODE["batch_size"],
             "length_penalty": settings.DECODE["length_penalty"],
             "lookback_overrides": plan.args.lookback_set,  # any of these: not the same configuration
-            "joey_recipe": plan.args.joey,  # other than "same": not the same configuration
+            "joey_best": plan.args.joey,  # --joey-best: Joey's recipe (settings.JOEY_RECIPES)
+            "joey_best_budget_s": plan.joey_best_budget_s if plan.args.joey else None,
             "recipe": plan.recipe,  # the recipe system: its config file, model and training recipe
             "joey_from": str(plan.args.joey_from) if plan.args.joey_from else None,  # Joey not run again
         },
         "figures": table,
         "ratios": ratios,
         "ratios_recipe": recipe_ratios,  # recipe / Joey
+        "ratios_recipe_joey_best": best_ratios,  # recipe / joey_best: each at its own recipe
         "systems": results,
         "run_dir": str(plan.runs_root / config),
         "path": shown(results_path(plan, config)),
@@ -575,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         load_start = os.getloadavg()
         spec, results = measure(plan, config, out_dir)
         info = {**machine(plan.device), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
+        info["fp32_gemm"] = plan.peak  # bench.machine.gemm_peak, measured at the start
         record = make_record(plan, config, spec, results, info)
         write_json(results_path(plan, config), record)
         print_table(record)

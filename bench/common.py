@@ -22,7 +22,7 @@ import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,19 @@ def timed_training(
     if validate:
         figures["curve"] = curve
     return figures
+
+
+def matmul_flops_per_token(step: Callable[[Any], int], batches: Iterable[Any]) -> float | None:
+    """FLOPs of the matrix products (forward and backward, 2 per multiply-add) per target token
+    of `step` over `batches`, counted by torch.utils.flop_counter; run after the timed training
+    (the counter slows what it counts), on a few more batches."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tokens = 0
+    with FlopCounterMode(display=False) as counter:
+        for batch in batches:
+            tokens += step(batch)
+    return counter.get_total_flops() / tokens if tokens else None
 
 
 def minutes_to(curve: list[dict[str, float]], bleu: float) -> float | None:

@@ -24,6 +24,7 @@ train` with that config file would, on the bench's clock.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import shutil
 import sys
 import time
@@ -31,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .common import epoch_batches, read_json, read_lines, run_measurement, timed_training, timed_translation
+from .common import (
+    epoch_batches,
+    matmul_flops_per_token,
+    read_json,
+    read_lines,
+    run_measurement,
+    timed_training,
+    timed_translation,
+)
 
 
 def _device(spec: dict[str, Any]):
@@ -114,6 +123,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     figures["parameters"] = count_parameters(trainer.model)
     figures["peak_cuda_allocated_bytes"] = _cuda_peak(device)
     trainer.save("last")
+    figures["flops_per_target_token"] = matmul_flops_per_token(step, itertools.islice(iter(plan), 5))
     return figures
 
 

@@ -132,7 +132,7 @@ def training(trainer, updates: int) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "target_tokens_per_s": round(tokens / seconds, 1),
         "flops_per_target_token": round(flops / tokens),
-        "achieved_gflops": round(flops / seconds / 1e9, 2),
+        "achieved_gflops": round(flops / seconds / 1e9, 4),
     }
 
 
@@ -153,7 +153,7 @@ def decoding(translator, sentences: list[str], beam: int) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "sentences_per_s": round(len(sentences) / seconds, 2),
         "flops_per_sentence": round(flops / len(sentences)),
-        "achieved_gflops": round(flops / seconds / 1e9, 2),
+        "achieved_gflops": round(flops / seconds / 1e9, 4),
     }
 
 

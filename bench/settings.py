@@ -43,14 +43,15 @@ TRAIN = {
 
 DECODE = {"batch_size": 64, "beams": [1, 5], "length_penalty": 1.0}
 
-# Joey NMT's training recipe (`python -m bench --joey-recipe NAME [--joey-set KEY=VALUE]`).
-# "same": the like-for-like case, lookback's optimiser setting (Adam 1e-3, constant) and the
-# same batches. "peer": the peer file's run (../shared/peers/joeynmt.md): Adam 1e-3, 80
-# sentences, Joey's plateau scheduler with its defaults (factor 0.1, patience 10). "iwslt":
-# Joey's own recurrent recipe (its configs/iwslt14_deen_bpe.yaml): Adam 2e-4, 80 sentences,
-# plateau with factor 0.7, patience 8. Joey steps its plateau scheduler after each validation
-# on its early-stopping metric; here that is the harness's validation (every 2 training
-# minutes) and its greedy BLEU ("early_stopping_metric: bleu", so mode max).
+# Joey NMT's training recipes. "same": the like-for-like system "joey", lookback's optimiser
+# setting (Adam 1e-3, constant) and the same batches. `python -m bench --joey-best NAME
+# [--joey-set KEY=VALUE]` adds the system "joey_best", Joey trained by the recipe NAME:
+# "peer", the peer file's run (../shared/peers/joeynmt.md): Adam 1e-3, 80 sentences, Joey's
+# plateau scheduler with its defaults (factor 0.1, patience 10); "iwslt", Joey's own recurrent
+# recipe (its configs/iwslt14_deen_bpe.yaml): Adam 2e-4, 80 sentences, plateau with factor 0.7,
+# patience 8. Joey steps its plateau scheduler after each validation on its early-stopping
+# metric; here that is the harness's validation (every 2 training minutes) and its greedy BLEU
+# ("early_stopping_metric: bleu", so mode max).
 JOEY_RECIPES: dict[str, dict[str, Any]] = {
     "same": {"lr": TRAIN["lr"], "batch_sentences": TRAIN["batch_sentences"], "schedule": "constant"},
     "peer": {
@@ -75,7 +76,7 @@ SCHEDULES = ("constant", "plateau")
 def joey_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
     """A named Joey recipe with `KEY=VALUE` overrides (--joey-set); ValueError names a bad one."""
     if name not in JOEY_RECIPES:
-        raise ValueError(f"--joey-recipe: {name!r} is none of {', '.join(JOEY_RECIPES)}")
+        raise ValueError(f"--joey-best: {name!r} is none of {', '.join(JOEY_RECIPES)}")
     recipe = {"decrease_factor": 0.1, "patience": 10, **JOEY_RECIPES[name]}
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -118,6 +119,7 @@ QUALITY_LEVELS = (20.0, 40.0, 50.0)  # validation BLEU levels whose training min
 # config file says (model, learning rate and schedule, batches of max_tokens with length
 # bucketing), on the same data, tokenizer and clock, against the same Joey run.
 RECIPE_SYSTEM = "recipe"
+JOEY_BEST = "joey_best"  # python -m bench --joey-best RECIPE: Joey with its own recipe, a fourth system
 RECIPE_DEFAULT = Path(__file__).resolve().parent.parent / "configs" / "multi30k_en_fr_additive.yaml"
 # what the recipe takes from train: (run_dir, limits, validation and precision stay the bench's)
 RECIPE_TRAIN_KEYS = (

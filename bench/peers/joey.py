@@ -25,7 +25,7 @@ The equivalent Joey config (written to OUT_DIR/joey/config.yaml):
 - training: Adam, `clip_grad_norm: 1.0`, `normalization: tokens`
   (loss averaged over target tokens, as lookback does; Joey's default
   `batch` would change what the clip acts on); learning rate, batch size
-  and schedule from Joey's recipe (bench/settings.py JOEY_RECIPES, `--joey-recipe`):
+  and schedule from Joey's recipe (bench/settings.py JOEY_RECIPES, `--joey-best`):
   like for like ("same"), Adam 1e-3 held constant on both sides; "peer" and
   "iwslt", Joey's own plateau scheduler (`joeynmt.builders`), stepped after
   each of the harness's validations on its BLEU;
@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench.common, wi
 
 from bench.common import (  # noqa: E402
     epoch_batches,
+    matmul_flops_per_token,
     read_lines,
     run_measurement,
     timed_training,
@@ -105,7 +106,7 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
     def embeddings() -> dict[str, Any]:
         return {"embedding_dim": m["emb_size"], "scale": False}
 
-    model_dir = Path(spec["out_dir"]) / "joey"
+    model_dir = Path(spec["out_dir"]) / spec.get("system", "joey")  # joey or joey_best
     cfg: dict[str, Any] = {
         "name": f"bench_{spec['config']}",
         "joeynmt_version": "2.3.0",
@@ -346,6 +347,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.max_memory_allocated(args.device) if args.device.type == "cuda" else None
     )
     torch.save({"model_state": model.state_dict()}, Path(args.model_dir) / "budget.ckpt")
+    figures["flops_per_target_token"] = matmul_flops_per_token(step, itertools.islice(batches(), 5))
     trainer.tb_writer.close()
     return figures
 
@@ -387,7 +389,8 @@ def translate(spec: dict[str, Any]) -> dict[str, Any]:
     refs = read_lines(data / f"{spec['test']}.{spec['tgt_lang']}")
     figures: dict[str, Any] = {"sentences": len(test_data)}
     for beam in spec["beams"]:
-        out = Path(spec.get("hyp_dir") or spec["out_dir"]) / f"joey{spec.get('tag', '')}.beam{beam}.txt"
+        name = f"{spec.get('system', 'joey')}{spec.get('tag', '')}.beam{beam}.txt"  # joey or joey_best
+        out = Path(spec.get("hyp_dir") or spec["out_dir"]) / name
         figures[f"beam{beam}"] = timed_translation(partial(run, test_data, beam), refs, out)
     figures["peak_cuda_allocated_bytes"] = (
         torch.cuda.max_memory_allocated(args.device) if args.device.type == "cuda" else None

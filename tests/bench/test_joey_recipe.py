@@ -76,11 +76,28 @@ def test_a_bad_setting_is_named_in_one_line(items, message):
 
 def test_the_command_line_refuses_a_bad_setting_and_records_a_good_one(capsys):
     with pytest.raises(SystemExit) as stop:
-        parse_args(["--joey-set", "lr=fast"])
+        parse_args(["--joey-best", "peer", "--joey-set", "lr=fast"])
     assert stop.value.code == 2 and "--joey-set 'lr=fast': 'fast' is not a number" in capsys.readouterr().err
-    args = parse_args(["--joey-recipe", "peer", "--joey-set", "patience=3"])
+    args = parse_args(["--joey-best", "peer", "--joey-set", "patience=3"])
     assert args.joey["name"] == "peer" and args.joey["patience"] == 3
-    assert parse_args([]).joey["name"] == "same"  # like for like unless asked
+    assert parse_args([]).joey is None  # Joey like for like only, unless asked
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--joey-set", "lr=1e-3"],
+            "--joey-set changes joey_best's recipe: name one with --joey-best RECIPE",
+        ),
+        (["--only", "joey_best"], "--only joey_best needs --joey-best RECIPE"),
+        (["--joey-best", "fast"], "argument --joey-best: invalid choice: 'fast'"),
+    ],
+)
+def test_joey_best_needs_its_recipe_named(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
 
 
 def test_like_for_like_joey_runs_at_lookbacks_constant_rate():

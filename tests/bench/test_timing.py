@@ -232,6 +232,7 @@ def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monke
         return {"system": system, "task": task}
 
     monkeypatch.setattr(bench_main, "run_child", run_child)
+    monkeypatch.setattr(bench_main, "gemm_peak", lambda device: {"fp32_peak_gflops": 100.0})
     args = bench_main.parse_args(
         [
             "--only",
@@ -272,6 +273,7 @@ def test_joey_can_come_from_an_earlier_run_on_this_machine(tmp_path, monkeypatch
     data.mkdir(parents=True)
     (data / f"{bench_main.settings.TEST_SET}.{bench_main.settings.SRC_LANG}").write_text("a\n")
     monkeypatch.setattr(bench_main, "prepare_data", lambda work, limit: data)
+    monkeypatch.setattr(bench_main, "gemm_peak", lambda device: None)
     args = ["--only", "joey", "--recipe", "--joey-from", str(earlier), "--work-dir", str(tmp_path / "work")]
     plan = bench_main.make_plan(bench_main.parse_args(args))
     assert plan.joey_error is None and plan.systems == ["joey", "recipe"]
@@ -303,3 +305,82 @@ def test_joey_can_come_from_a_committed_results_file(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     broken = bench_main.earlier_result(tmp_path / "broken.json", "joey", "train", out, "feed")["error"]
     assert broken.startswith(f"--joey-from: {tmp_path / 'broken.json'} holds no joey train result")
+
+
+def test_joey_at_its_best_is_a_fourth_system_with_its_recipe_and_budget(tmp_path, monkeypatch):
+    """--joey-best: Joey like for like and Joey by its own recipe, in the same run, each its spec."""
+    import bench.__main__ as bench_main
+
+    data = tmp_path / "work" / "data"
+    data.mkdir(parents=True)
+    (data / f"{bench_main.settings.TEST_SET}.{bench_main.settings.SRC_LANG}").write_text("a\nb\n")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "bench_seed.json").write_text('{"train_pairs": 2}')
+    monkeypatch.setattr(bench_main, "ensure_joey", lambda venv: None)
+    monkeypatch.setattr(bench_main, "prepare_data", lambda work, limit: data)
+    monkeypatch.setattr(bench_main, "prepare_seed", lambda *a, **k: seed)
+    monkeypatch.setattr(bench_main, "gemm_peak", lambda device: {"fp32_peak_gflops": 100.0})
+    specs = {}
+
+    def run_child(system, task, spec_path, out_dir, timeout, venv):
+        specs[system] = bench_main.read_json(spec_path)
+        return {"system": system, "task": task}
+
+    monkeypatch.setattr(bench_main, "run_child", run_child)
+    argv = ["--recipe", "--joey-best", "iwslt", "--joey-set", "lr=5e-4", "--budget-minutes", "30"]
+    argv += ["--joey-best-budget-minutes", "100", "--work-dir", str(tmp_path / "work")]
+    plan = bench_main.make_plan(bench_main.parse_args(argv))
+    assert plan.systems == ["lookback", "joey", "recipe", "joey_best"]
+    bench_main.measure(plan, "feed", tmp_path / "out")
+    assert "joey" not in specs["joey"] and specs["joey"]["budget_s"] == 1800  # like for like
+    best = specs["joey_best"]
+    assert best["system"] == "joey_best" and best["budget_s"] == 6000
+    assert (best["joey"]["name"], best["joey"]["lr"], best["joey"]["schedule"]) == ("iwslt", 5e-4, "plateau")
+    record = bench_main.make_record(plan, "feed", {}, {s: {} for s in plan.systems}, {})
+    assert record["settings"]["joey_best"]["lr"] == 5e-4 and record["settings"]["joey_best_budget_s"] == 6000
+    assert record["ratios_recipe_joey_best"] is not None
+
+
+def test_each_systems_flops_per_token_give_its_share_of_the_cpus_peak():
+    from bench.__main__ import figures_and_ratios
+
+    def system(tokens_per_s, flops_per_token, points):
+        curve = [{"seconds": s, "steps": 1, "bleu": b, "validate_seconds": 1.0} for s, b in points]
+        figures = {
+            "target_tokens_per_s": tokens_per_s,
+            "flops_per_target_token": flops_per_token,
+            "curve": curve,
+        }
+        return {"train": {"figures": figures}}
+
+    systems = {
+        "joey": system(1_000, 30e6, [(60, 20), (600, 50)]),
+        "recipe": system(4_000, 20e6, [(60, 30), (300, 51)]),
+        "joey_best": system(1_500, 30e6, [(60, 25), (900, 53)]),
+    }
+    table, ratios = figures_and_ratios(systems, "recipe", "joey_best", peak={"fp32_peak_gflops": 160.0})
+    assert table["training, MFLOP per target token"] == {"joey": 30.0, "recipe": 20.0, "joey_best": 30.0}
+    assert table["training, GFLOP/s (matrix products)"] == {"joey": 30.0, "recipe": 80.0, "joey_best": 45.0}
+    assert table["training, share of the fp32 GEMM peak"]["recipe"] == 0.5
+    assert table["minutes to joey_best's final validation BLEU"] == {
+        "joey": None,
+        "recipe": None,
+        "joey_best": 15.0,
+    }
+    assert ratios["training, target tokens/s"] == pytest.approx(4_000 / 1_500)  # against Joey at its best
+    assert ratios["training, share of the fp32 GEMM peak"] == pytest.approx(80 / 45)
+
+
+def test_flops_per_token_of_a_step_are_counted_by_torch():
+    import torch
+
+    layer = torch.nn.Linear(8, 16)
+
+    def step(x) -> int:
+        layer(x).sum().backward()  # the input needs no gradient: forward and the weights' gradient
+        return x.shape[0]
+
+    batches = [torch.randn(4, 8), torch.randn(6, 8)]
+    assert common.matmul_flops_per_token(step, batches) == 2 * 2 * 8 * 16  # per row: 2 products
+    assert common.matmul_flops_per_token(step, []) is None
