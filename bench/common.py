@@ -19,6 +19,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import sys
 import time
 import traceback
@@ -117,6 +118,20 @@ def timed_training(
     if validate:
         figures["curve"] = curve
     return figures
+
+
+def median_call_seconds(run: Callable[[], Any], calls: int, repeats: int, warmup: int) -> float:
+    """Seconds a call of `run`: the median of `repeats` timings of `calls` calls, after `warmup`
+    untimed calls (the first ones allocate and choose kernels)."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)
 
 
 def matmul_flops_per_token(step: Callable[[Any], int], batches: Iterable[Any]) -> float | None:

@@ -21,9 +21,7 @@ figure is the median of 5 timings of 50 calls, in milliseconds a call.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -33,22 +31,14 @@ from lookback.device import cpu_name
 from lookback.model import attention
 
 from .__main__ import versions
-from .common import cpu_flags, write_json
+from .common import cpu_flags, median_call_seconds, write_json
 
 BLOCKS = (16, 32, 64, 128, 256)
 
 
 def timed(run, calls: int = 50, repeats: int = 5) -> float:
     """Milliseconds a call: the median of `repeats` timings of `calls` calls, after 5 untimed."""
-    for _ in range(5):
-        run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        times.append((time.perf_counter() - start) / calls * 1000)
-    return round(statistics.median(times), 4)
+    return round(median_call_seconds(run, calls, repeats, warmup=5) * 1000, 4)
 
 
 def top_k_in(block: int):

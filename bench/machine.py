@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .common import cpu_flags, cpu_model, shown, write_json
+from .common import cpu_flags, cpu_model, median_call_seconds, shown, write_json
 
 CONFIG = "configs/quickstart.yaml"
 RUN = "runs/quickstart"
@@ -55,15 +54,7 @@ VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
 def rate(run: Callable[[], Any], ops: float, repeats: int = 10, rounds: int = 3) -> float:
     """G(FL)OP/s of `run`, which does `ops` operations: the median of `rounds` timings of
     `repeats` calls, after 2 untimed calls."""
-    for _ in range(2):
-        run()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            run()
-        times.append((time.perf_counter() - start) / repeats)
-    return ops / statistics.median(times) / 1e9
+    return ops / median_call_seconds(run, repeats, rounds, warmup=2) / 1e9
 
 
 def gemm_peak(sizes: Iterable[int] = SIZES, int8: bool = False) -> dict[str, Any]:

@@ -212,10 +212,8 @@ def test_bench_scores_every_hypothesis_file_as_evaluate_does(tmp_path):
     assert written == result
 
 
-def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monkeypatch):
-    """`--only joey --recipe --recipe-budget-minutes`: Joey to its plateau, the recipe for a third."""
-    import bench.__main__ as bench_main
-
+def offline_bench(bench_main, tmp_path, monkeypatch) -> None:
+    """The harness with a two-line test set, a stand-in seed run and Joey taken as installed."""
     data = tmp_path / "work" / "data"
     data.mkdir(parents=True)
     (data / f"{bench_main.settings.TEST_SET}.{bench_main.settings.SRC_LANG}").write_text("a\nb\n")
@@ -225,6 +223,13 @@ def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monke
     monkeypatch.setattr(bench_main, "ensure_joey", lambda venv: None)
     monkeypatch.setattr(bench_main, "prepare_data", lambda work, limit: data)
     monkeypatch.setattr(bench_main, "prepare_seed", lambda *a, **k: seed)
+
+
+def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monkeypatch):
+    """`--only joey --recipe --recipe-budget-minutes`: Joey to its plateau, the recipe for a third."""
+    import bench.__main__ as bench_main
+
+    offline_bench(bench_main, tmp_path, monkeypatch)
     runs = []
 
     def run_child(system, task, spec_path, out_dir, timeout, venv):
@@ -311,15 +316,7 @@ def test_joey_at_its_best_is_a_fourth_system_with_its_recipe_and_budget(tmp_path
     """--joey-best: Joey like for like and Joey by its own recipe, in the same run, each its spec."""
     import bench.__main__ as bench_main
 
-    data = tmp_path / "work" / "data"
-    data.mkdir(parents=True)
-    (data / f"{bench_main.settings.TEST_SET}.{bench_main.settings.SRC_LANG}").write_text("a\nb\n")
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    (seed / "bench_seed.json").write_text('{"train_pairs": 2}')
-    monkeypatch.setattr(bench_main, "ensure_joey", lambda venv: None)
-    monkeypatch.setattr(bench_main, "prepare_data", lambda work, limit: data)
-    monkeypatch.setattr(bench_main, "prepare_seed", lambda *a, **k: seed)
+    offline_bench(bench_main, tmp_path, monkeypatch)
     monkeypatch.setattr(bench_main, "gemm_peak", lambda device: {"fp32_peak_gflops": 100.0})
     specs = {}
 
