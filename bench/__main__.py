@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .common import cpu_flags, cpu_model, minutes_to, read_json, shown, write_json
+from .common import cpu_flags, cpu_kernels, cpu_model, minutes_to, read_json, shown, write_json
 from .prepare import REPO, multi30k_dir, prepare_data, prepare_seed
 
 # recipe: only with --recipe; joey_best: only with --joey-best
@@ -199,6 +199,7 @@ def machine(device: str) -> dict[str, Any]:
         "cpu_cores": os.cpu_count(),
         "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cpu_flags": cpu_flags(),  # fp32, bf16 and int8 speeds depend on them
+        "cpu_kernels": cpu_kernels(),  # ... and on the kernels torch picks (ATEN_CPU_CAPABILITY)
         "platform": platform.platform(),
         "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
     }

@@ -225,6 +225,14 @@ def cpu_flags() -> list[str]:
     return cpu_flags()
 
 
+def cpu_kernels() -> str:
+    """The vector instructions PyTorch's CPU kernels use in this process (lookback's, imported
+    here: the peer never calls this); ATEN_CPU_CAPABILITY can lower them below the flags'."""
+    from lookback.device import kernels
+
+    return kernels()
+
+
 def set_threads_env(threads: int) -> None:
     """Ask the math libraries for `threads` threads (0: leave their defaults)."""
     if threads:

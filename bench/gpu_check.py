@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from .common import cpu_flags, cpu_model, shown, write_json
+from .common import cpu_flags, cpu_kernels, cpu_model, shown, write_json
 from .prepare import REPO
 
 STEPS = ("tests", "train", "bench")
@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "gpu": gpu(),
             "cpu": cpu_model(),
             "cpu_flags": cpu_flags(),
+            "cpu_kernels": cpu_kernels(),
             "torch": torch.__version__,
             "environment": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "CUBLAS_"))},
             "steps": {},

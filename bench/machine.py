@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .common import cpu_flags, cpu_model, median_call_seconds, shown, write_json
+from .common import cpu_flags, cpu_kernels, cpu_model, median_call_seconds, shown, write_json
 
 CONFIG = "configs/quickstart.yaml"
 RUN = "runs/quickstart"
@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     flags = cpu_flags()
     say = lambda text: print(text, file=sys.stderr)  # noqa: E731
-    say(f"cpu: {cpu_model()}, {torch.get_num_threads()} threads; flags: {', '.join(flags)}")
+    threads = f"{torch.get_num_threads()} threads, {cpu_kernels()} kernels"
+    say(f"cpu: {cpu_model()}, {threads}; flags: {', '.join(flags)}")
     peak = gemm_peak(args.sizes, int8=any(f in flags for f in VNNI))
     say(f"fp32 GEMM: {peak['fp32_gflops']} GFLOP/s; peak {peak['fp32_peak_gflops']}")
     if "int8_peak_gops" in peak:
@@ -282,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "cpu": cpu_model(),
         "cpu_flags": flags,
+        "cpu_kernels": cpu_kernels(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "environment": {k: os.environ[k] for k in CAPS if k in os.environ},

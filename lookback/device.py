@@ -115,11 +115,20 @@ def cpu_flags() -> list[str]:
     return [f for f in SPEED_FLAGS if f in have]
 
 
+def kernels() -> str:
+    """The vector instructions PyTorch's CPU kernels use in this process: "AVX512", "AVX2",
+    "DEFAULT" ... An AVX-512 CPU run with ATEN_CPU_CAPABILITY=avx2 says AVX2 here while its
+    flags still list avx512f, so a results file needs both."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def machine() -> dict:
-    """What a results file records of the machine that made it: the CPU, its flags, the threads."""
+    """What a results file records of the machine that made it: the CPU, its flags, the kernels
+    PyTorch uses on it, the threads."""
     return {
         "cpu": cpu_name(),
         "cpu_flags": cpu_flags(),
+        "kernels": kernels(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
@@ -150,7 +159,7 @@ def describe(device: torch.device, precision: str) -> str:
         where = f"cuda ({torch.cuda.get_device_name(device)})"
     else:
         n = torch.get_num_threads()
-        where = f"cpu ({cpu_name()}, {n} thread{'' if n == 1 else 's'})"
+        where = f"cpu ({cpu_name()}, {n} thread{'' if n == 1 else 's'}, {kernels()} kernels)"
     return f"device: {where}; precision: {precision}"
 
 

@@ -106,8 +106,16 @@ def test_validations_during_training_decode_in_the_precision_training_runs_in(mo
         assert trainer.precision == trainer.translator.precision == runs
 
 
-def test_the_log_line_names_the_cpu_its_threads_and_the_precision(monkeypatch):
+def test_the_log_line_names_the_cpu_its_threads_its_kernels_and_the_precision(monkeypatch):
     monkeypatch.setattr(device_module, "_cpuinfo", lambda key: "Some CPU" if key == "model name" else None)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     for n, threads in ((1, "1 thread"), (2, "2 threads")):
         monkeypatch.setattr(torch, "get_num_threads", lambda n=n: n)
-        assert device_module.describe(CPU, "fp32") == f"device: cpu (Some CPU, {threads}); precision: fp32"
+        line = f"device: cpu (Some CPU, {threads}, AVX2 kernels); precision: fp32"
+        assert device_module.describe(CPU, "fp32") == line
+
+
+def test_a_results_file_names_the_kernels_torch_uses_beside_the_cpus_flags():
+    record = device_module.machine()
+    assert record["kernels"] == torch.backends.cpu.get_cpu_capability()
+    assert set(record) == {"cpu", "cpu_flags", "kernels", "threads", "torch"}

@@ -71,7 +71,7 @@ from ..data.read import read_parallel
 from ..data.synth import TASKS, parse_lengths, sequence_accuracy, synth_corpus
 from ..decoding.evaluate import bleu_and_length, group_by_length
 from ..decoding.significance import compare_runs, family
-from ..device import cpu_flags, cpu_name
+from ..device import cpu_flags, cpu_name, kernels
 from ..explain.cost import step_flops
 from ..explain.curves import history, read_metrics
 from ..explain.diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
@@ -364,6 +364,7 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
         "study": study.name,
         "device": _device(),
         "cpu_flags": cpu_flags(),
+        "kernels": kernels(),
         "torch": torch.__version__,
         "models": {
             name: {
@@ -478,6 +479,7 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
         "settings": settings,
         "device": _device(),
         "cpu_flags": cpu_flags(),
+        "kernels": kernels(),
         "parameters": count_parameters(t.model),
         "attends": attends,
         "tests": tests,
