@@ -91,6 +91,7 @@ def test_the_command_measures_training_and_decoding_of_a_tiny_model(tmp_path, ca
     assert (
         result["cpu_flags"] == machine.cpu_flags() and result["cpu"] and result["torch"] == torch.__version__
     )
+    assert result["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()  # AVX512, AVX2 ...
     train = result["training"]
     assert train["updates"] == 3 and train["target_tokens_per_s"] > 0 and train["flops_per_target_token"] > 0
     assert train["achieved_gflops"] == pytest.approx(
