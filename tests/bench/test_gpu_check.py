@@ -19,7 +19,7 @@ def test_the_plan_prints_every_steps_command_and_runs_nothing(capsys):
     assert "lookback train configs/quickstart.yaml --set train.device=cuda train.precision=bf16" in train
     assert "train.max_steps=250" in train and "(at most 120 s)" in train
     assert "-m bench --device cuda --quick --configs feed" in lines[2]
-    assert "tests/training" in lines[0] and "tests/decoding" in lines[0]
+    assert "tests/training" in lines[0] and "tests/decoding" in lines[0] and "-m 'not slow'" in lines[0]
 
 
 def test_the_plan_of_chosen_steps(capsys):
