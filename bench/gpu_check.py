@@ -68,7 +68,8 @@ def commands(updates: int, work: Path) -> dict[str, list[str]]:
     ]
     bench = ["--device", "cuda", "--quick", "--configs", "feed", "--results-dir", str(work / "bench")]
     return {
-        "tests": [py, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider", *CUDA_TESTS],
+        # addopts cleared: nbmake (notebooks) need not be installed there
+        "tests": [py, "-m", "pytest", "-q", "-x", "-o", "addopts=", "-m", "not slow", *CUDA_TESTS],
         "train": [py, "-m", "lookback", "train", CONFIG, "--set", *sets],
         "bench": [py, "-m", "bench", *bench],
     }
