@@ -356,11 +356,16 @@ def figures_and_ratios(
         share = {s: g / peak["fp32_peak_gflops"] if g else None for s, g in gflops.items()}
         table.update(dict(zip(PEAK_ROWS, (gflops, share), strict=True)))
     table.update(quality_figures(systems))
+    return table, ratios_of(table, system, peer)
+
+
+def ratios_of(table: dict[str, dict], system: str, peer: str) -> dict[str, float | None]:
+    """Each figure of `table` as the ratio `system` / `peer` (None where either is missing)."""
     ratios = {}
     for name, values in table.items():
         mine, theirs = values.get(system), values.get(peer)
         ratios[name] = mine / theirs if mine is not None and theirs else None
-    return table, ratios
+    return ratios
 
 
 def print_table(record: dict[str, Any]) -> None:
@@ -574,12 +579,9 @@ def earlier_result(run_dir: Path, system: str, task: str, out_dir: Path, config:
 def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info: dict) -> dict[str, Any]:
     """The JSON of one configuration: machine, versions, settings, figures, ratios, raw results."""
     table, ratios = figures_and_ratios(results, peak=plan.peak)
-    recipe_ratios = (
-        figures_and_ratios(results, settings.RECIPE_SYSTEM, peak=plan.peak)[1] if plan.recipe else None
-    )
-    best = settings.JOEY_BEST in results
-    ratios_best = figures_and_ratios(results, settings.RECIPE_SYSTEM, settings.JOEY_BEST, plan.peak)[1]
-    best_ratios = ratios_best if best else None
+    recipe_ratios = ratios_of(table, settings.RECIPE_SYSTEM, "joey") if plan.recipe else None
+    best = plan.recipe and settings.JOEY_BEST in results
+    best_ratios = ratios_of(table, settings.RECIPE_SYSTEM, settings.JOEY_BEST) if best else None
     errors = [f"{s} {t}: {r['error']}" for s, ts in results.items() for t, r in ts.items() if r.get("error")]
     return {
         "schema": 1,

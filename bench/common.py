@@ -134,17 +134,21 @@ def median_call_seconds(run: Callable[[], Any], calls: int, repeats: int, warmup
     return statistics.median(times)
 
 
-def matmul_flops_per_token(step: Callable[[Any], int], batches: Iterable[Any]) -> float | None:
-    """FLOPs of the matrix products (forward and backward, 2 per multiply-add) per target token
-    of `step` over `batches`, counted by torch.utils.flop_counter; run after the timed training
-    (the counter slows what it counts), on a few more batches."""
+def counted_flops(run: Callable[[], Any]) -> tuple[Any, int]:
+    """`run()`'s result and the FLOPs of its matrix products (forward and backward, 2 per
+    multiply-add), counted by torch.utils.flop_counter; elementwise work is not counted."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    tokens = 0
     with FlopCounterMode(display=False) as counter:
-        for batch in batches:
-            tokens += step(batch)
-    return counter.get_total_flops() / tokens if tokens else None
+        result = run()
+    return result, counter.get_total_flops()
+
+
+def matmul_flops_per_token(step: Callable[[Any], int], batches: Iterable[Any]) -> float | None:
+    """FLOPs of the matrix products per target token of `step` (which returns a batch's target
+    tokens) over `batches`. Run it after the timed training: the counter slows what it counts."""
+    tokens, flops = counted_flops(lambda: sum(step(batch) for batch in batches))
+    return flops / tokens if tokens else None
 
 
 def minutes_to(curve: list[dict[str, float]], bleu: float) -> float | None:

@@ -38,9 +38,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
-from .common import cpu_flags, cpu_kernels, cpu_model, median_call_seconds, shown, write_json
+from .common import (
+    counted_flops,
+    cpu_flags,
+    cpu_kernels,
+    cpu_model,
+    matmul_flops_per_token,
+    median_call_seconds,
+    shown,
+    write_json,
+)
 
 CONFIG = "configs/quickstart.yaml"
 RUN = "runs/quickstart"
@@ -88,13 +96,6 @@ def gemm_peak(sizes: Iterable[int] = SIZES, int8: bool = False) -> dict[str, Any
 # -- 2, 3. achieved FLOP/s ---------------------------------------------------------------------
 
 
-def counted_flops(run: Callable[[], Any]) -> tuple[Any, int]:
-    """`run()`'s result and the FLOPs of its matrix products (forward and backward)."""
-    with FlopCounterMode(display=False) as counter:
-        result = run()
-    return result, counter.get_total_flops()
-
-
 def trainer_for(config: str, run_dir: Path, threads: int, sets: list[str]):
     """lookback's Trainer for `config` in fp32, writing into `run_dir` (a temporary folder)."""
     from lookback.config import load_config
@@ -116,14 +117,19 @@ def training(trainer, updates: int) -> dict[str, Any]:
     for bs in batches:
         trainer.train_step(*bs)
     seconds = time.perf_counter() - start
-    flops = sum(counted_flops(lambda bs=bs: trainer.train_step(*bs))[1] for bs in batches)
+
+    def step(bs) -> int:
+        trainer.train_step(*bs)
+        return sum(b.n_tokens for b in bs)
+
+    per_token = matmul_flops_per_token(step, batches)
     return {
         "updates": updates,
         "target_tokens": tokens,
         "seconds": round(seconds, 3),
         "target_tokens_per_s": round(tokens / seconds, 1),
-        "flops_per_target_token": round(flops / tokens),
-        "achieved_gflops": round(flops / seconds / 1e9, 4),
+        "flops_per_target_token": round(per_token),
+        "achieved_gflops": round(per_token * tokens / seconds / 1e9, 4),
     }
 
 
@@ -166,7 +172,7 @@ def category(name: str) -> str:
     if "layer_norm" in name:
         return "layer norm"
     if "_foreach_" in name or "norm" in name:
-        return "Adam (foreach) and clipping"
+        return "gradient norms (clipping) and foreach ops"
     if name in ALLOCATION:
         return "allocation"
     if "Backward" in name or name.startswith("autograd::") or "accumulate" in low:
@@ -199,9 +205,13 @@ def size_bin(flops: float) -> str:
     return names[sum(flops >= edge for edge in BINS)]
 
 
-def categorise(events: Iterable[tuple[str, float, int, list[list[int]]]], wall_us: float) -> dict[str, Any]:
+def categorise(
+    events: Iterable[tuple[str, float, int, list[list[int]]]], wall_us: float, optimizer_us: float = 0.0
+) -> dict[str, Any]:
     """Self time by category from (operator, self microseconds, calls, input shapes) rows, as
-    shares of the wall clock; matrix products also by size, each with the GFLOP/s it reached."""
+    shares of the wall clock; matrix products also by size, each with the GFLOP/s it reached.
+    `optimizer_us`: the optimiser's step with all its operators (on a CPU, Adam runs one
+    elementwise operator after another per parameter: they are in "elementwise" too)."""
     seconds: dict[str, float] = {}
     products: dict[str, dict[str, float]] = {}
     for name, self_us, calls, shapes in events:
@@ -229,6 +239,7 @@ def categorise(events: Iterable[tuple[str, float, int, list[list[int]]]], wall_u
     return {
         "wall_seconds": round(wall, 3),
         "shares": {k: round(seconds[k] / wall, 4) for k in order},
+        "optimizer_step_share": round(optimizer_us / 1e6 / wall, 4),  # inclusive; overlaps the shares
         "matrix_products_by_size": by_size,
     }
 
@@ -241,11 +252,11 @@ def profiled(run: Callable[[], Any]) -> dict[str, Any]:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         run()
     wall_us = (time.perf_counter() - start) * 1e6
-    rows = [
-        (e.key, e.self_cpu_time_total, e.count, list(e.input_shapes or []))
-        for e in prof.key_averages(group_by_input_shape=True)
-    ]
-    return categorise(rows, wall_us)
+    averages = prof.key_averages(group_by_input_shape=True)
+    rows = [(e.key, e.self_cpu_time_total, e.count, list(e.input_shapes or [])) for e in averages]
+    # torch.optim labels each step "Optimizer.step#Adam.step": its whole time, operators included
+    optimizer_us = sum(e.cpu_time_total for e in averages if e.key.startswith("Optimizer.step#"))
+    return categorise(rows, wall_us, optimizer_us)
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -193,15 +193,13 @@ def _check_equivalent(spec: dict[str, Any]) -> None:
         raise ValueError("; ".join(problems))
 
 
-class Plateau:
+def plateau(optimizer, verbose: bool = False, **kwargs):
     """torch's ReduceLROnPlateau as Joey 2.3.0 builds it, less the `verbose` argument that torch
     2.7 removed (Joey passes verbose=False, so the scheduler behaves the same without it): the
     one change the peer file made to Joey, made here without editing the installed package."""
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-    def __new__(cls, optimizer, verbose: bool = False, **kwargs):
-        from torch.optim.lr_scheduler import ReduceLROnPlateau
-
-        return ReduceLROnPlateau(optimizer, **kwargs)
+    return ReduceLROnPlateau(optimizer, **kwargs)
 
 
 def _load(spec: dict[str, Any], task: str):
@@ -213,7 +211,7 @@ def _load(spec: dict[str, Any], task: str):
     from joeynmt.helpers import make_model_dir, set_seed
     from joeynmt.prediction import prepare
 
-    builders.ReduceLROnPlateau = Plateau  # Joey's own plateau scheduler, under torch 2.13
+    builders.ReduceLROnPlateau = plateau  # Joey's own plateau scheduler, under torch 2.13
 
     _check_equivalent(spec)
     if spec["device"] == "cuda" and not torch.cuda.is_available():

@@ -9,7 +9,7 @@ import torch
 
 from bench import settings
 from bench.__main__ import parse_args
-from bench.peers.joey import Plateau, joey_config
+from bench.peers.joey import joey_config, plateau
 
 
 def spec(**changes) -> dict:
@@ -119,7 +119,7 @@ def test_joeys_plateau_scheduler_builds_under_this_torch_and_decays_as_joey_asks
     weight = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.Adam([weight], lr=1e-3)
     # what joeynmt.builders.build_scheduler passes for "plateau", with decrease_factor 0.5, patience 1
-    scheduler = Plateau(
+    scheduler = plateau(
         optimizer, mode="max", verbose=False, threshold_mode="abs", eps=0.0, factor=0.5, patience=1
     )
     for bleu in (10.0, 20.0, 20.0):  # better, better, not better once: within patience

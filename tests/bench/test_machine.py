@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from bench import machine
-from bench.machine import categorise, counted_flops, product_flops, size_bin
+from bench.common import counted_flops
+from bench.machine import categorise, product_flops, size_bin
 
 from ..helpers import tiny_train_config, train_tiny
 
@@ -51,13 +52,14 @@ def test_self_times_are_shared_out_and_the_rest_is_python():
         ("autograd::engine::evaluate_function: MmBackward0", 200.0, 4, []),
         ("aten::tanh", 500.0, 4, []),
     ]
-    out = categorise(rows, wall_us=10_000.0)
+    out = categorise(rows, wall_us=10_000.0, optimizer_us=700.0)
+    assert out["optimizer_step_share"] == pytest.approx(0.07)  # inclusive, beside the shares
     shares = out["shares"]
     assert shares["matrix products"] == pytest.approx(0.3)
     assert shares["recurrence (the RNN cells' own work)"] == pytest.approx(0.05)
     assert shares["softmax and the loss"] == pytest.approx(0.025)
     assert shares["layer norm"] == pytest.approx(0.025)
-    assert shares["Adam (foreach) and clipping"] == pytest.approx(0.01)
+    assert shares["gradient norms (clipping) and foreach ops"] == pytest.approx(0.01)
     assert shares["allocation"] == pytest.approx(0.005)
     assert shares["copies, views and indexing"] == pytest.approx(0.015)
     assert shares["autograd bookkeeping"] == pytest.approx(0.02)
@@ -102,6 +104,7 @@ def test_the_command_measures_training_and_decoding_of_a_tiny_model(tmp_path, ca
     )
     assert sum(train["profile"]["shares"].values()) == pytest.approx(1.0, abs=0.01)
     assert train["profile"]["shares"]["matrix products"] > 0
+    assert 0 < train["profile"]["optimizer_step_share"] < 1  # torch.optim's own label was found
     for name in ("greedy", "beam5"):
         d = result["decoding"][name]
         assert d["sentences"] == 8 and d["flops_per_sentence"] > 0 and d["sentences_per_s"] > 0
