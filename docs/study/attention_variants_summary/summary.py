@@ -29,13 +29,16 @@ def family(model: str) -> str:
 
 
 def main() -> None:
-    hard: dict[tuple[str, str], list[float]] = defaultdict(list)
+    hard: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows("hard_attention"):
         if r["bucket"] != "61+":
-            hard[family(r["model"]), r["k"]].append(float(r["hard_bleu"]) - float(r["soft_bleu"]))
-    print("hard attention at inference, greedy: mean change in BLEU (1-60 words, all seeds)")
-    for (model, k), changes in sorted(hard.items()):
-        print(f"  {model:18} k={k}: {statistics.mean(changes):+.2f}")
+            change = float(r["hard_bleu"]) - float(r["soft_bleu"])
+            hard[family(r["model"]), r["k"]][r["bucket"]].append(change)
+    print("hard attention at inference, greedy: mean change in BLEU (1-60 words, all seeds; by bucket)")
+    for (model, k), buckets in sorted(hard.items()):
+        every = [c for changes in buckets.values() for c in changes]
+        each = "  ".join(f"{b}: {statistics.mean(c):+.2f}" for b, c in buckets.items())
+        print(f"  {model:18} k={k}: {statistics.mean(every):+.2f}   {each}")
     cost: dict[str, list[float]] = defaultdict(list)
     for r in rows("cost"):
         if r["beam"] == "5" and r["bucket"] == "41-60":
