@@ -5,7 +5,8 @@
     python -m bench.gpu_check --steps train bench --updates 200 -o OUT.json
 
 Three steps, each a child process with its own time limit (a step that fails or runs out of
-time is recorded with the end of its log, and the next one runs):
+time is recorded with the end of its log, and the next one runs; each step's whole log is kept
+beside the JSON, as `<json stem>_<step>.log`):
 
 1. **tests** (2 minutes): the test folders whose code has a CUDA path (training, the model,
    decoding, the device and the translator). Their models are on `train.device: auto`, so on a
@@ -30,6 +31,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,7 +71,7 @@ def commands(updates: int, work: Path) -> dict[str, list[str]]:
     bench = ["--device", "cuda", "--quick", "--configs", "feed", "--results-dir", str(work / "bench")]
     return {
         # addopts cleared: nbmake (notebooks) need not be installed there
-        "tests": [py, "-m", "pytest", "-q", "-x", "-o", "addopts=", "-m", "not slow", *CUDA_TESTS],
+        "tests": [py, "-m", "pytest", "-q", "--maxfail=10", "--tb=short", "-o", "addopts=", "-m", "not slow", *CUDA_TESTS],
         "train": [py, "-m", "lookback", "train", CONFIG, "--set", *sets],
         "bench": [py, "-m", "bench", *bench],
     }
@@ -189,9 +191,13 @@ def main(argv: list[str] | None = None) -> int:
             "environment": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "CUBLAS_"))},
             "steps": {},
         }
+        output.parent.mkdir(parents=True, exist_ok=True)
         for name in args.steps:
             print(f"gpu_check: {name} (at most {LIMITS[name]} s)", file=sys.stderr, flush=True)
             step = run_step(name, cmds[name], LIMITS[name], work / f"{name}.log")
+            whole = output.with_name(f"{output.stem}_{name}.log")  # the whole log, beside the JSON
+            shutil.copyfile(work / f"{name}.log", whole)
+            step["log"] = shown(whole)
             result["steps"][name] = step
             done = f"{step['status']} in {step['seconds']} s; {step['figures']}"
             print(f"gpu_check: {name}: {done}", file=sys.stderr)

@@ -9,13 +9,18 @@
 # DIR (default bench/.venv-joey). torch is pinned in the same pip command,
 # always: any looser spec lets pip pick a CUDA build and download gigabytes.
 #
-# Offline: FILE is Joey's wheel (joeynmt-2.3.0-py3-none-any.whl). The venv is
-# created with --system-site-packages, so it uses the machine's own torch (its
-# CUDA build) and whatever of Joey's dependencies the machine has; pip takes
-# the rest from the folder given with --wheels, and nothing from the network.
-# Make that folder on a machine with internet and the same Python version
-# with --download DIR (Joey's wheel and its dependencies, torch left out).
-# Without --wheels, the wheel alone is installed with --no-deps.
+# Offline: FILE is Joey's wheel (joeynmt-2.3.0-py3-none-any.whl). The venv
+# sees the machine's own packages (its CUDA torch first): with
+# --system-site-packages, and, where the python that makes it is itself a
+# venv's (as on the GPU machines, whose torch lives in one), through a .pth
+# file naming that venv's site-packages. pip installs Joey's wheel and every
+# wheel in the folder given with --wheels, each with --no-deps and nothing
+# from the network: the folder holds what this machine lacks, which the
+# final check (Joey's modules import) proves sufficient. Make a full folder
+# on a machine with internet and the same Python version with --download DIR
+# (Joey's wheel and its dependencies, torch left out); on a machine that has
+# most of them, the few it lacks do (for Joey 2.3.0 here: subword-nmt, mock,
+# importlib_metadata 8.x, sentencepiece 0.2.0). Without --wheels, the wheel alone.
 #
 # Idempotent: an existing venv in which Joey already imports is kept.
 # Joey 2.3.0 needs two things its own requirements do not say: the
@@ -36,7 +41,7 @@ while [[ $# -gt 0 ]]; do
         --wheel) wheel="$2"; shift 2 ;;
         --wheels) wheels="$2"; shift 2 ;;
         --download) download="$2"; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "setup_joey.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -68,12 +73,17 @@ fi
 
 if [[ -n "$wheel" ]]; then
     [[ -f "$wheel" ]] || { echo "setup_joey.sh: no such wheel: $wheel" >&2; exit 1; }
-    "$python" -m venv --system-site-packages "$venv"
-    if [[ -n "$wheels" ]]; then
-        "$venv/bin/python" -m pip install --no-index --find-links "$wheels" "$wheel" "${extras[@]}"
-    else
-        "$venv/bin/python" -m pip install --no-index --no-deps "$wheel"
+    # without pip in it: the wheels go in with the making python's pip (a bare image's python may lack ensurepip)
+    "$python" -m venv --system-site-packages --without-pip "$venv"
+    own="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+    # a venv made by a venv's python sees the base Python's packages, not that venv's: add them after its own
+    parent="$("$python" -c 'import sys, sysconfig; print(sysconfig.get_path("purelib") if sys.prefix != sys.base_prefix else "")')"
+    if [[ -n "$parent" ]]; then
+        echo "import site; site.addsitedir('$parent')" > "$own/_parent_venv.pth"
     fi
+    shopt -s nullglob
+    [[ -n "$wheels" ]] && set -- "$wheels"/*.whl || set --
+    "$python" -m pip install --quiet --no-index --no-deps --target "$own" "$wheel" "$@"
 else
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install --upgrade --quiet pip

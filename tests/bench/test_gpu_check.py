@@ -101,3 +101,6 @@ def test_every_step_is_recorded_whatever_becomes_of_it(monkeypatch, tmp_path, ca
     assert steps["bench"]["status"] == "timed out after 1 s" and steps["bench"]["seconds"] < 10
     assert result["gpu"] == {"name": "stand-in"} and result["cpu_flags"] == gpu_check.cpu_flags()
     assert "gpu_check: train: failed (exit 3)" in capsys.readouterr().err
+    # each step's whole log is kept beside the JSON
+    assert (tmp_path / "gpu_tests.log").read_text() == "5 passed in 0.1s\n"
+    assert steps["tests"]["log"].endswith("gpu_tests.log") and (tmp_path / "gpu_bench.log").exists()
