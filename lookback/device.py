@@ -10,6 +10,7 @@ decode.precision, and --device / --precision of every command that loads a model
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -25,6 +26,16 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # tensor shape it has seen, up to 1,024 of them. Sentences give ever new shapes, so
 # with bf16 on CPU the cache alone grew a run by gigabytes; 64 kernels cost no speed.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+
+
+def gradients_in_eval_mode() -> contextlib.ExitStack:
+    """Gradients of a model in eval mode (dropout off), as the attention diagnostics and the
+    attributions take them: cuDNN's RNN backward refuses to run outside training mode, so on a
+    GPU these few passes use PyTorch's own RNN kernels instead (on a CPU nothing changes)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.enable_grad())
+    stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+    return stack
 
 
 def cores() -> int:
@@ -60,8 +71,8 @@ def resolve_precision(device: torch.device, precision: str, setting: str = "trai
         logger.info("%s auto: %s (%s)", setting, "bf16" if native else "fp32", why)
         return "bf16" if native else "fp32"
     if precision == "bf16" and not native:
-        warning = "%s bf16: %s (no avx512_bf16 or amx_bf16), so it is emulated, 2-20x slower than fp32"
-        logger.warning(warning, setting, why)
+        lacks = " (no avx512_bf16 or amx_bf16)" if device.type == "cpu" else ""
+        logger.warning("%s bf16: %s%s, so it is emulated, 2-20x slower than fp32", setting, why, lacks)
     return precision
 
 

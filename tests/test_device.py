@@ -67,6 +67,30 @@ def test_asked_for_bf16_without_native_support_runs_with_a_warning(monkeypatch, 
         assert resolve_precision(CPU, "fp32") == "fp32"
     (warning,) = caplog.messages
     assert warning.startswith("precision bf16: this cpu has no native bf16") and "emulated" in warning
+    assert "(no avx512_bf16 or amx_bf16)" in warning
+
+
+def test_a_gpu_without_bf16_is_not_blamed_on_cpu_flags(monkeypatch, caplog):
+    monkeypatch.setattr(device_module, "native_bf16", lambda _: False)  # an older GPU, say
+    with caplog.at_level(logging.WARNING, logger="lookback.device"):
+        assert resolve_precision(torch.device("cuda"), "bf16") == "bf16"
+    (warning,) = caplog.messages
+    expected = "train.precision bf16: this cuda has no native bf16, so it is emulated, 2-20x slower than fp32"
+    assert warning == expected
+
+
+def test_gradients_in_eval_mode_turn_on_autograd_and_keep_cudnns_rnn_out():
+    """cuDNN's RNN backward runs only in training mode; the diagnostics take gradients in eval."""
+    before = torch.backends.cudnn.enabled
+    with torch.no_grad():
+        with device_module.gradients_in_eval_mode():
+            assert torch.is_grad_enabled() and not torch.backends.cudnn.enabled
+            gru = torch.nn.GRU(3, 4).eval()
+            x = torch.randn(5, 1, 3, requires_grad=True)
+            (grad,) = torch.autograd.grad(gru(x)[0].sum(), x)
+            assert grad.shape == (5, 1, 3)
+        assert not torch.is_grad_enabled()
+    assert torch.backends.cudnn.enabled == before  # as it was, afterwards
 
 
 def test_no_shipped_config_hard_codes_bf16():

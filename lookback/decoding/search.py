@@ -216,6 +216,12 @@ class Beam(NamedTuple):
         )
 
 
+def on_model(model: Seq2Seq, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor]:
+    """src (B, S) and src_len (B,) on the model's device (a batch made on the CPU, a model on a GPU)."""
+    device = next(model.parameters()).device
+    return src.to(device), src_len.to(device)
+
+
 @torch.no_grad()
 def greedy(
     model: Seq2Seq, src: Tensor, src_len: Tensor, max_ratio: float = 2.0, look: Look = SOFT
@@ -226,6 +232,7 @@ def greedy(
     A sentence that has ended leaves the batch: the decoder only works on
     the sentences still being translated.
     """
+    src, src_len = on_model(model, src, src_len)
     live = Beam.start(model, src, src_len, max_ratio, look)  # one row per sentence still going
     hyps: list[Hypothesis | None] = [None] * src.size(0)
     for t in range(int(live.limit.max())):
@@ -338,6 +345,7 @@ def beam_search(
     sentence share one copy of its source, and the first step runs one row per sentence (all
     start from <s>).
     """
+    src, src_len = on_model(model, src, src_len)
     B, K, device, order = src.size(0), beam, src.device, itertools.count()
     live = Beam.start(model, src, src_len, max_ratio, look)  # k = 1 live hypothesis, <s>, at the start
     finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(B)]  # heaps, worst first

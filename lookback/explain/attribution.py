@@ -26,6 +26,7 @@ from scipy.stats import kendalltau
 from torch import Tensor
 
 from ..data.tokenizer import BOS, EOS
+from ..device import gradients_in_eval_mode
 from ..model.seq2seq import Seq2Seq
 
 METHODS = ("grad_x_input", "integrated_gradients")
@@ -76,7 +77,7 @@ def attribute(
         x = model.encoder.embed(src).float().expand(T, -1, -1).contiguous()  # (T, S, E): a row per step
     x.requires_grad_()
     t = torch.arange(T, device=device)
-    with torch.enable_grad():
+    with gradients_in_eval_mode():
         if method == "grad_x_input":
             a = InputXGradient(forward).attribute(x, additional_forward_args=(t,))
             return a.sum(-1).detach().cpu(), None  # (T, S, E) -> (T, S)

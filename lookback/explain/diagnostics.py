@@ -55,6 +55,7 @@ from torch import Tensor
 from ..data.batch import collate
 from ..data.tokenizer import PAD, SPECIALS
 from ..decoding.evaluate import group_by_length
+from ..device import gradients_in_eval_mode
 from ..model.guided import diagonal
 from ..model.seq2seq import Seq2Seq
 from .curves import history, read_metrics
@@ -92,7 +93,7 @@ def probe(model: Seq2Seq, pairs: list, device: torch.device) -> dict[str, float]
     was_training = model.training
     model.eval()
     batch = collate(pairs).to(device)
-    with torch.enable_grad():
+    with gradients_in_eval_mode():
         enc = model.encode(batch.src, batch.src_len)
         state = model.decoder.init_state(enc)
         steps = []

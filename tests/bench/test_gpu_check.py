@@ -16,8 +16,9 @@ def test_the_plan_prints_every_steps_command_and_runs_nothing(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" ")[0] for line in lines] == ["tests", "train", "bench"]
     train = lines[1]
-    assert "lookback train configs/quickstart.yaml --set train.device=cuda train.precision=bf16" in train
-    assert "train.max_steps=250" in train and "(at most 120 s)" in train
+    assert "lookback train configs/quickstart.yaml --set train.device=cuda" in train
+    assert "--set train.precision=bf16 --set train.max_steps=250" in train  # one --set each
+    assert "train.max_steps=250" in train and "(at most 90 s)" in train
     assert "-m bench --device cuda --quick --configs feed" in lines[2]
     assert "tests/training" in lines[0] and "tests/decoding" in lines[0] and "-m 'not slow'" in lines[0]
 
@@ -104,3 +105,20 @@ def test_every_step_is_recorded_whatever_becomes_of_it(monkeypatch, tmp_path, ca
     # each step's whole log is kept beside the JSON
     assert (tmp_path / "gpu_tests.log").read_text() == "5 passed in 0.1s\n"
     assert steps["tests"]["log"].endswith("gpu_tests.log") and (tmp_path / "gpu_bench.log").exists()
+
+
+def test_the_train_steps_arguments_are_ones_lookback_train_accepts(tmp_path):
+    """The step's command line, parsed by lookback's own parser: every override reaches --set."""
+    from lookback.cli import build_parser
+
+    cmd = gpu_check.commands(250, tmp_path)["train"]
+    assert cmd[1:4] == ["-m", "lookback", "train"]
+    args = build_parser().parse_args(cmd[3:])
+    assert args.set == [
+        "train.device=cuda",
+        "train.precision=bf16",
+        "train.max_steps=250",
+        "train.valid_every=250",
+        f"train.run_dir={tmp_path / 'run'}",
+        "train.time_limit=0",
+    ]

@@ -156,12 +156,14 @@ def test_device_and_precision_are_checked_before_any_work(tmp_path):
 
 
 def test_bf16_training_learns_and_resumes_like_fp32(tmp_path, caplog):
-    """bf16 autocast on CPU: the loss falls, the log names device and precision, resume is exact."""
+    """bf16 autocast (on the CPU, or the GPU where there is one): the loss falls, the log names
+    device and precision, resume is exact."""
     raw = tiny_train_config(tmp_path, train={"precision": "bf16", "max_steps": 40, "valid_every": 20})
     full = Trainer(from_dict(raw))
     with caplog.at_level("INFO"):
         full.train()
-    assert "device: cpu (" in caplog.text and "precision: bf16" in caplog.text
+    where = "cuda" if torch.cuda.is_available() else "cpu"  # train.device auto
+    assert f"device: {where} (" in caplog.text and "precision: bf16" in caplog.text
     raw_half = tiny_train_config(
         tmp_path / "b", train={"precision": "bf16", "max_steps": 20, "valid_every": 20}
     )
