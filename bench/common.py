@@ -136,10 +136,13 @@ def median_call_seconds(run: Callable[[], Any], calls: int, repeats: int, warmup
 
 def counted_flops(run: Callable[[], Any]) -> tuple[Any, int]:
     """`run()`'s result and the FLOPs of its matrix products (forward and backward, 2 per
-    multiply-add), counted by torch.utils.flop_counter; elementwise work is not counted."""
+    multiply-add), counted by torch.utils.flop_counter; elementwise work is not counted.
+    cuDNN is off while counting: its fused RNN is one operator the counter has no formula
+    for, so on a GPU the recurrences' products would go uncounted."""
+    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter, torch.backends.cudnn.flags(enabled=False):
         result = run()
     return result, counter.get_total_flops()
 

@@ -381,3 +381,17 @@ def test_flops_per_token_of_a_step_are_counted_by_torch():
     batches = [torch.randn(4, 8), torch.randn(6, 8)]
     assert common.matmul_flops_per_token(step, batches) == 2 * 2 * 8 * 16  # per row: 2 products
     assert common.matmul_flops_per_token(step, []) is None
+
+
+def test_a_recurrences_products_are_counted_with_cudnn_out_of_the_way():
+    """A GRU's FLOPs by hand: 5 steps of 3 gates, each an input (3 -> 4) and a hidden (4 -> 4)
+    product. cuDNN is off while counting (its fused RNN would hide them on a GPU), on only then."""
+    import torch
+
+    gru = torch.nn.GRU(3, 4, batch_first=True)
+    with torch.no_grad():
+        _, flops = common.counted_flops(lambda: gru(torch.randn(1, 5, 3)))
+    assert flops == 5 * 2 * (3 * 4 * 3 + 3 * 4 * 4)
+    before = torch.backends.cudnn.enabled
+    assert common.counted_flops(lambda: torch.backends.cudnn.enabled)[0] is False
+    assert torch.backends.cudnn.enabled == before
