@@ -217,8 +217,10 @@ class Beam(NamedTuple):
 
 
 def on_model(model: Seq2Seq, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor]:
-    """src (B, S) and src_len (B,) on the model's device (a batch made on the CPU, a model on a GPU)."""
-    device = next(model.parameters()).device
+    """src (B, S) and src_len (B,) on the model's device (a batch made on the CPU, a model on a
+    GPU); a model without torch parameters (ONNX Runtime's) takes them where they are."""
+    weight = next(model.parameters(), None)
+    device = src.device if weight is None else weight.device
     return src.to(device), src_len.to(device)
 
 
