@@ -115,7 +115,9 @@ class Trainer:
         if t.compile:  # shapes vary from batch to batch: compiled once for dynamic shapes
             self.loss_module = torch.compile(self.loss_module, dynamic=True)
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
-        self.optimizer = torch.optim.Adam(parameter_groups(self.model, t), lr=cfg.train.lr)
+        # fused: one kernel updates every parameter, not a few operators each (None: torch's choice)
+        fused = True if t.fused_adam else None
+        self.optimizer = torch.optim.Adam(parameter_groups(self.model, t), lr=cfg.train.lr, fused=fused)
         self.lr = LearningRate(self.optimizer, t)  # the rate's one owner
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
