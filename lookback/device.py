@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -28,14 +29,13 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 
 
-def gradients_in_eval_mode() -> contextlib.ExitStack:
+@contextlib.contextmanager
+def gradients_in_eval_mode() -> Iterator[None]:
     """Gradients of a model in eval mode (dropout off), as the attention diagnostics and the
     attributions take them: cuDNN's RNN backward refuses to run outside training mode, so on a
     GPU these few passes use PyTorch's own RNN kernels instead (on a CPU nothing changes)."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.enable_grad())
-    stack.enter_context(torch.backends.cudnn.flags(enabled=False))
-    return stack
+    with torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
+        yield
 
 
 def cores() -> int:
