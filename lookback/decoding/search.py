@@ -186,15 +186,24 @@ class Beam(NamedTuple):
         )
 
     def finish(
-        self, row: int, logprob: float, src_len: Tensor, power: float | None, beta: float = 0.0
-    ) -> Hypothesis:
-        """Row `row` ended with </s>, at log-probability `logprob`; scored over lp(length) ** power
-        plus the coverage penalty cp with weight beta (power None: the plain log-probability, as
-        greedy reports it)."""
-        seq, S = self.tokens[row, 1:].tolist(), int(src_len[self.sent[row // self.scores.size(1)]])
-        alpha = None if self.alpha is None else self.alpha[row, : len(seq), :S].cpu()
-        score = logprob if power is None else rank_score(logprob, len(seq), alpha, power, beta)
-        return Hypothesis(seq, score, logprob, alpha)
+        self, rows: Tensor, logprobs: Tensor, src_len: Tensor, power: float | None, beta: float = 0.0
+    ) -> list[Hypothesis]:
+        """Rows `rows` (E,) ended with </s>, at log-probabilities `logprobs` (E,): their
+        hypotheses, scored over lp(length) ** power plus the coverage penalty cp with weight
+        beta (power None: the plain log-probability, as greedy reports it). All E come to the
+        host together: on a GPU every copy to the host waits for the device."""
+        if rows.numel() == 0:
+            return []
+        t = self.tokens.size(1) - 1  # tokens so far, without <s> (</s> is not among them)
+        seqs = self.tokens[rows, 1:].tolist()  # E lists of t tokens
+        S = src_len[self.sent[rows // self.scores.size(1)]].tolist()  # (E,) source lengths
+        alpha = None if self.alpha is None else self.alpha[rows, :t].cpu()  # (E, t, S_max)
+        hyps = []
+        for e, (seq, logprob) in enumerate(zip(seqs, logprobs.tolist(), strict=True)):
+            a = None if alpha is None else alpha[e, :, : S[e]]  # (t, S)
+            score = logprob if power is None else rank_score(logprob, t, a, power, beta)
+            hyps.append(Hypothesis(seq, score, logprob, a))
+        return hyps
 
     def select(self, keep: Tensor | None, rows: Tensor, y: Tensor, scores: Tensor) -> Beam:
         """The next step's beam: sentences `keep` (A',) (None: all), each continuing its
@@ -243,11 +252,13 @@ def greedy(
         scores = live.scores + logp
         live = live._replace(state=out.state, alpha=_extend(live.alpha, out.alpha))
         ended = y[:, 0] == EOS
-        for a in ended.nonzero()[:, 0].tolist():
-            hyps[int(live.sent[a])] = live.finish(a, float(scores[a, 0]), src_len, None)
-        if ended.all():
+        ends = ended.nonzero()[:, 0]  # (E,) the rows that end here
+        ended_hyps = live.finish(ends, scores[ends, 0], src_len, None)
+        for b, hyp in zip(live.sent[ends].tolist(), ended_hyps, strict=True):
+            hyps[b] = hyp
+        if len(ends) == len(y):
             break
-        keep = (~ended).nonzero().squeeze(1) if ended.any() else None  # (A',)
+        keep = (~ended).nonzero().squeeze(1) if len(ends) else None  # (A',)
         live = live.select(keep, torch.arange(len(y), device=y.device).unsqueeze(1), y, scores)
     return hyps
 
@@ -283,7 +294,7 @@ class GreedyPath:
 
     def __init__(self, sentences: int, follow: bool, device: torch.device):
         self.row = torch.full((sentences,), 0 if follow else -1, device=device)  # (A,); -1: none
-        self.dropped: list[int] = []  # sentences whose beam dropped the path
+        self.dropped: list[Tensor] = []  # sentences whose beam dropped the path, a step's each
 
     def next(self, cand_beams: Tensor, cand_j: Tensor) -> Tensor:
         """(A, 2K) the candidate that continues the path by its row's best token (j = 0): one
@@ -294,7 +305,7 @@ class GreedyPath:
         """The path's row in the next beam, whose live hypotheses are the candidates `pick` (A, K)
         with `scores`; the path is dropped where it neither ended (`ends`) nor goes on."""
         kept_on = nxt.gather(1, pick) & torch.isfinite(scores)  # (A, K)
-        self.dropped += sent[(self.row >= 0) & ~(nxt & ends).any(1) & ~kept_on.any(1)].tolist()
+        self.dropped.append(sent[(self.row >= 0) & ~(nxt & ends).any(1) & ~kept_on.any(1)])  # (no copy yet)
         self.row = torch.where(kept_on.any(1), kept_on.float().argmax(1), -1)
 
     def select(self, keep: Tensor | None) -> None:
@@ -306,11 +317,11 @@ class GreedyPath:
     ) -> None:
         """Greedy's own outputs for the sentences whose beam dropped its path, ranked by `rank`
         (logprob, length, alpha -> score), into their `finished` heaps."""
-        if not self.dropped:
+        idx = torch.cat(self.dropped) if self.dropped else src.new_zeros(0)  # (D,)
+        if idx.numel() == 0:
             return
-        idx = torch.tensor(self.dropped, device=src.device)
         for b, h in zip(
-            self.dropped,
+            idx.tolist(),
             greedy(model, src[idx], src_len[idx], max_ratio, look.index_select(idx)),
             strict=True,
         ):
@@ -368,10 +379,10 @@ def beam_search(
         # greedy's end, wherever it ranks)
         ends = (cand_tokens == EOS) & torch.isfinite(cand_scores)  # (A, 2K)
         ends &= (torch.arange(ends.size(1), device=device) < K) | greedy_next
-        for a, j in ends.nonzero().tolist():
-            row, logprob = int(cand_rows[a, j]), float(cand_scores[a, j])
-            hyp = live.finish(row, logprob, src_len, length_penalty, coverage_penalty)
-            heap = finished[int(live.sent[a])]
+        a, j = ends.nonzero().unbind(1)  # (E,) each, in the order of the candidates
+        hyps = live.finish(cand_rows[a, j], cand_scores[a, j], src_len, length_penalty, coverage_penalty)
+        for b, hyp in zip(live.sent[a].tolist(), hyps, strict=True):
+            heap = finished[b]
             heapq.heappush(heap, (hyp.score, -next(order), hyp))  # ties: the first found ranks first
             if len(heap) > K:
                 heapq.heappop(heap)  # the worst of K + 1
@@ -386,11 +397,15 @@ def beam_search(
         bound = scores[:, 0] / ((5 + live.limit) / 6) ** length_penalty  # (A,) lp(limit) of the best live
         need, heaps = min(nbest, K), [finished[b] for b in live.sent.tolist()]
         kept = [heapq.nlargest(need, h)[-1][0] if len(h) >= need else None for h in heaps]  # nbest-th best
-        done = [k is not None and k >= x for k, x in zip(kept, bound.tolist(), strict=True)]
-        done = torch.tensor(done, device=device) | (t + 1 >= live.limit)
-        if done.all():
+        at_limit = (t + 1 >= live.limit).tolist()
+        done = [
+            stop or (k is not None and k >= x)
+            for k, x, stop in zip(kept, bound.tolist(), at_limit, strict=True)
+        ]  # decided on the host, with no copy back to the device until the sentences that go on
+        if all(done):
             break
-        keep = (~done).nonzero().squeeze(1) if done.any() else None  # (A',)
+        going = [i for i, d in enumerate(done) if not d]
+        keep = torch.tensor(going, device=device) if len(going) < len(done) else None  # (A',)
         live = live.select(keep, rows, y, scores)
         path.select(keep)
     rank = lambda logprob, length, alpha: rank_score(logprob, length, alpha, length_penalty, coverage_penalty)  # noqa: E731
