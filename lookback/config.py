@@ -177,7 +177,7 @@ class TrainConfig:
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates
     threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)
     compile: bool = False  # torch.compile the training loss (docs/recipe.md: whether it pays)
-    fused_adam: bool = False  # Adam's update as one fused kernel (the same maths; off until measured)
+    fused_adam: bool = False  # Adam in one fused kernel (no gain on 2 CPU cores: docs/performance.md)
     tensorboard: bool = False  # also log metrics to run_dir/tensorboard (pip install 'lookback[tensorboard]')
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the GPU when torch sees one
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # autocast; auto: bf16 where native
