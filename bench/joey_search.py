@@ -32,11 +32,21 @@ from .prepare import REPO
 from .settings import joey_recipe
 
 RESULTS = REPO / "bench" / "results" / "joey_search"
-KNOBS = ("lr", "batch_sentences", "schedule", "decrease_factor", "patience")
+KNOBS = (
+    "lr",
+    "batch_sentences",
+    "schedule",
+    "decrease_factor",
+    "patience",
+    "normalization",
+    "hidden_dropout",
+)
 CONFIG = "feed"  # Joey's default, input feeding, and the peer file's set-up
 
 # name -> (Joey recipe, --joey-set overrides): the peer file's recipe and one knob moved at a
-# time (learning rate both ways, a smaller batch, no schedule), and Joey's own IWSLT recipe
+# time (learning rate both ways, a smaller batch, no schedule), the peer recipe with Joey's
+# defaults for the two settings the peer file does not state (the loss summed over each
+# sentence before the clip, no dropout before the attentional layer), and Joey's own IWSLT recipe
 POINTS: dict[str, tuple[str, list[str]]] = {
     "peer": ("peer", []),
     "peer_lr2e-3": ("peer", ["lr=0.002"]),
@@ -44,6 +54,7 @@ POINTS: dict[str, tuple[str, list[str]]] = {
     "peer_batch40": ("peer", ["batch_sentences=40"]),
     "peer_constant": ("peer", ["schedule=constant"]),
     "iwslt": ("iwslt", []),
+    "peer_joey_defaults": ("peer", ["normalization=batch", "hidden_dropout=0"]),
 }
 
 
@@ -79,9 +90,7 @@ def row(name: str, record: dict[str, Any]) -> dict[str, Any]:
     best = max(curve, key=lambda p: p["bleu"])
     return {
         "point": name,
-        "recipe": {
-            k: recipe[k] for k in ("lr", "batch_sentences", "schedule", "decrease_factor", "patience")
-        },
+        "recipe": {k: recipe[k] for k in KNOBS},
         "updates": train["steps"],
         "target_tokens_per_s": train["target_tokens_per_s"],
         "valid_bleu_end": curve[-1]["bleu"],
@@ -111,9 +120,9 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Joey NMT's recipe search (config {summary['config']}), judged on validation BLEU (greedy, "
         "all 1,014 pairs of val) of the model at the end of the budget; test figures are not read.",
         "",
-        "| point | lr | batch | schedule | updates | target tokens/s | validation BLEU, end "
-        "| best (minute) | CPU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| point | lr | batch | schedule | loss divided by, attention dropout | updates "
+        "| target tokens/s | validation BLEU, end | best (minute) | CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["rows"]:
         rec = r["recipe"]
@@ -124,7 +133,8 @@ def markdown(summary: dict[str, Any]) -> str:
         flags = [f for f in r["cpu_flags"] or [] if f.startswith(("avx512", "amx")) or f == "avx2"]
         lines.append(
             f"| {r['point']}{mark} | {rec['lr']:g} | {rec['batch_sentences']} | {schedule} | "
-            f"{r['updates']:,} | {r['target_tokens_per_s']:,.0f} | {r['valid_bleu_end']:.2f} | "
+            f"{rec['normalization']}, {rec['hidden_dropout']:g} | {r['updates']:,} | "
+            f"{r['target_tokens_per_s']:,.0f} | {r['valid_bleu_end']:.2f} | "
             f"{r['valid_bleu_best']:.2f} ({r['minute_of_best']:.0f}) | {r['cpu']}, "
             f"{', '.join(flags)} |"
         )

@@ -69,15 +69,34 @@ JOEY_RECIPES: dict[str, dict[str, Any]] = {
         "patience": 8,
     },
 }
-JOEY_KEYS = {"lr": float, "batch_sentences": int, "schedule": str, "decrease_factor": float, "patience": int}
+# normalization: what Joey divides the summed loss by before the gradient clip, "tokens" (the
+# harness's choice: lookback's mean over target tokens) or "batch" (Joey's default: sentences);
+# hidden_dropout: dropout before Joey's attentional layer (the harness's MODEL dropout; Joey's
+# default 0). Neither is stated in the peer file.
+JOEY_KEYS = {
+    "lr": float,
+    "batch_sentences": int,
+    "schedule": str,
+    "decrease_factor": float,
+    "patience": int,
+    "normalization": str,
+    "hidden_dropout": float,
+}
 SCHEDULES = ("constant", "plateau")
+NORMALIZATIONS = ("tokens", "batch")
+JOEY_DEFAULTS = {
+    "decrease_factor": 0.1,
+    "patience": 10,
+    "normalization": "tokens",
+    "hidden_dropout": MODEL["dropout"],
+}
 
 
 def joey_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
     """A named Joey recipe with `KEY=VALUE` overrides (--joey-set); ValueError names a bad one."""
     if name not in JOEY_RECIPES:
         raise ValueError(f"--joey-best: {name!r} is none of {', '.join(JOEY_RECIPES)}")
-    recipe = {"decrease_factor": 0.1, "patience": 10, **JOEY_RECIPES[name]}
+    recipe = {**JOEY_DEFAULTS, **JOEY_RECIPES[name]}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or key not in JOEY_KEYS:
@@ -95,6 +114,12 @@ def joey_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
         raise ValueError(
             f"--joey-set: lr must be positive, batch_sentences at least 1, patience at least 0: {recipe}"
         )
+    if recipe["normalization"] not in NORMALIZATIONS:
+        raise ValueError(
+            f"--joey-set normalization={recipe['normalization']}: expected one of {', '.join(NORMALIZATIONS)}"
+        )
+    if not 0 <= recipe["hidden_dropout"] < 1:
+        raise ValueError(f"--joey-set hidden_dropout={recipe['hidden_dropout']}: must lie in [0, 1)")
     if not 0 < recipe["decrease_factor"] < 1:
         raise ValueError(f"--joey-set decrease_factor={recipe['decrease_factor']}: must lie between 0 and 1")
     recipe["name"] = name

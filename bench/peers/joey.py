@@ -24,7 +24,8 @@ The equivalent Joey config (written to OUT_DIR/joey/config.yaml):
   and before the attentional layer, Joey's default initialisers;
 - training: Adam, `clip_grad_norm: 1.0`, `normalization: tokens`
   (loss averaged over target tokens, as lookback does; Joey's default
-  `batch` would change what the clip acts on); learning rate, batch size
+  `batch` would change what the clip acts on; a Joey recipe may choose
+  it, and the dropout before the attentional layer); learning rate, batch size
   and schedule from Joey's recipe (bench/settings.py JOEY_RECIPES, `--joey-best`):
   like for like ("same"), Adam 1e-3 held constant on both sides; "peer" and
   "iwslt", Joey's own plateau scheduler (`joeynmt.builders`), stepped after
@@ -129,7 +130,7 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
             "learning_rate": recipe["lr"],
             "clip_grad_norm": spec["clip"],
             **schedule,
-            "normalization": "tokens",
+            "normalization": recipe.get("normalization", "tokens"),
             "loss": "crossentropy",
             "label_smoothing": 0.0,
             "batch_size": recipe["batch_sentences"],
@@ -171,7 +172,7 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
                 "hidden_size": m["dec_hidden_size"],
                 "num_layers": m["dec_layers"],
                 "dropout": m["dropout"],
-                "hidden_dropout": m["dropout"],
+                "hidden_dropout": recipe.get("hidden_dropout", m["dropout"]),
                 "attention": "bahdanau",
                 "init_hidden": "bridge",
                 "input_feeding": m["input_feeding"],

@@ -38,7 +38,7 @@ def spec(**changes) -> dict:
 def test_the_named_recipes():
     assert settings.joey_recipe("same") == {
         "name": "same", "lr": 1e-3, "batch_sentences": 80, "schedule": "constant",
-        "decrease_factor": 0.1, "patience": 10,
+        "decrease_factor": 0.1, "patience": 10, "normalization": "tokens", "hidden_dropout": 0.3,
     }  # fmt: skip
     peer = settings.joey_recipe("peer")
     assert (peer["schedule"], peer["lr"], peer["decrease_factor"], peer["patience"]) == (
@@ -66,6 +66,9 @@ def test_the_named_recipes():
         (["schedule=cosine"], "--joey-set schedule=cosine: expected one of constant, plateau"),
         (["lr=-1"], "lr must be positive"),
         (["decrease_factor=1.5"], "--joey-set decrease_factor=1.5: must lie between 0 and 1"),
+        (["normalization=sum"], "--joey-set normalization=sum: expected one of tokens, batch"),
+        (["hidden_dropout=1"], "--joey-set hidden_dropout=1.0: must lie in [0, 1)"),
+        (["hidden_dropout=none"], "--joey-set 'hidden_dropout=none': 'none' is not a number"),
     ],
 )
 def test_a_bad_setting_is_named_in_one_line(items, message):
@@ -113,6 +116,18 @@ def test_joeys_own_recipe_writes_its_plateau_scheduler():
     assert (train["scheduling"], train["decrease_factor"], train["patience"]) == ("plateau", 0.7, 8)
     assert train["learning_rate"] == 2e-4 and train["batch_size"] == 40
     assert train["early_stopping_metric"] == "bleu"  # Joey then steps the plateau in mode max
+
+
+def test_the_loss_normalisation_and_attention_dropout_reach_joeys_config():
+    default = joey_config(spec(joey=settings.joey_recipe("peer")), "train")
+    assert default["training"]["normalization"] == "tokens"  # lookback's mean over target tokens
+    assert default["model"]["decoder"]["hidden_dropout"] == 0.3  # the model's dropout
+    assert joey_config(spec(), "train")["training"]["normalization"] == "tokens"  # like for like
+    recipe = settings.joey_recipe("peer", ["normalization=batch", "hidden_dropout=0"])
+    cfg = joey_config(spec(joey=recipe), "train")
+    assert cfg["training"]["normalization"] == "batch"  # Joey's default: summed, over sentences
+    assert cfg["model"]["decoder"]["hidden_dropout"] == 0.0
+    assert cfg["model"]["decoder"]["dropout"] == 0.3 and cfg["model"]["encoder"]["dropout"] == 0.3
 
 
 def test_joeys_plateau_scheduler_builds_under_this_torch_and_decays_as_joey_asks():

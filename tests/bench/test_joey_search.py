@@ -48,11 +48,21 @@ def test_the_choice_is_the_best_validation_bleu_at_the_end_never_a_test_figure(t
     peer = summary["rows"][0]
     assert (peer["valid_bleu_end"], peer["valid_bleu_best"], peer["minute_of_best"]) == (50.0, 52.0, 4.0)
     assert peer["recipe"] == {
-        "lr": 1e-3, "batch_sentences": 80, "schedule": "plateau", "decrease_factor": 0.1, "patience": 10
+        "lr": 1e-3, "batch_sentences": 80, "schedule": "plateau", "decrease_factor": 0.1, "patience": 10,
+        "normalization": "tokens", "hidden_dropout": 0.3,
     }  # fmt: skip
     text = joey_search.markdown(summary)
-    assert "| iwslt (chosen) | 0.0002 | 80 | plateau x0.7 after 8 | 200 | 1,800 | 51.00 | 51.00 (4) |" in text
+    iwslt = "| iwslt (chosen) | 0.0002 | 80 | plateau x0.7 after 8 | tokens, 0.3 | 200 | 1,800 | 51.00 |"
+    assert iwslt + " 51.00 (4) |" in text
     assert "AMD EPYC, avx2, avx512f |" in text and "takes `--joey-best iwslt`" in text
+    put(tmp_path, "peer_joey_defaults", fake_result([53.0]))  # Joey's own loss and dropout: chosen
+    summary = joey_search.table(tmp_path)
+    assert summary["headline_flags"] == (
+        "--joey-best peer --joey-set normalization=batch --joey-set hidden_dropout=0"
+    )
+    assert "| peer_joey_defaults (chosen) | 0.001 | 80 | plateau x0.1 after 10 | batch, 0 |" in (
+        joey_search.markdown(summary)
+    )
 
 
 def test_done_points_are_not_run_again_and_a_failed_one_is_named(monkeypatch, tmp_path, capsys):
