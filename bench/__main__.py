@@ -155,7 +155,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         help="joey_best's own training budget (default: --budget-minutes)",
     )
+    ap.add_argument(
+        "--decoding",
+        action="store_true",
+        help="then decoding alone on this run's weights (python -m bench.decoding): the recipe's (else "
+        "lookback's) against joey_best's (else joey's); PyTorch and ONNX Runtime, fp32 and int8, 1 and 2 "
+        "threads (or --threads); its figures go into this run's JSON",
+    )
     args = ap.parse_args(argv)
+    if args.decoding and (args.only or args.joey_from):
+        ap.error("--decoding needs both tools' weights from this run: leave out --only and --joey-from")
     if args.only == settings.JOEY_BEST and not args.joey_best:
         ap.error("--only joey_best needs --joey-best RECIPE")
     if args.joey_set and not args.joey_best:
@@ -629,6 +638,26 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
     }
 
 
+def decoding(plan: Plan, out_dir: Path) -> dict[str, Any]:
+    """bench.decoding on this run's weights, each tool at its own recipe where the run has one:
+    its rows, its file, and any error; a failure is recorded, not raised."""
+    from . import decoding as decoding_bench
+
+    mine = settings.RECIPE_SYSTEM if plan.recipe else "lookback"
+    peer = settings.JOEY_BEST if settings.JOEY_BEST in plan.systems else "joey"
+    argv = [str(out_dir), "--system", mine, "--joey-system", peer, "--joey-venv", str(plan.args.joey_venv)]
+    argv += ["--results-dir", str(plan.results_dir)]
+    argv += ["--threads", str(plan.args.threads)] if plan.args.threads else []
+    entry: dict[str, Any] = {"systems": {"lookback": mine, "joey": peer}}
+    print(f"bench: decoding alone, {mine} against {peer} ...", flush=True)
+    try:
+        record, path = decoding_bench.measure(decoding_bench.parse_args(argv))
+    except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
+        return entry | {"path": None, "rows": [], "errors": [f"{type(exc).__name__}: {exc}"]}
+    decoding_bench.print_table(record)
+    return entry | {"path": shown(path), "rows": record["rows"], "errors": record["errors"]}
+
+
 def results_path(plan: Plan, config: str) -> Path:
     return plan.results_dir / f"{plan.stamp}_{plan.device}_{config}.json"
 
@@ -651,6 +680,12 @@ def main(argv: list[str] | None = None) -> int:
         record = make_record(plan, config, spec, results, info)
         write_json(results_path(plan, config), record)
         print_table(record)
+        if args.decoding:
+            record["decoding"] = decoding(plan, out_dir)
+            if record["decoding"]["errors"]:
+                record["errors"] += [f"decoding: {e}" for e in record["decoding"]["errors"]]
+                record["status"] = "missed"
+            write_json(results_path(plan, config), record)
         if args.quick:  # smoke-run weights are of no use; logs and hypotheses stay
             for weights in [*out_dir.rglob("*.pt"), *out_dir.rglob("*.ckpt")]:
                 weights.unlink()

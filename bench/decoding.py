@@ -2,6 +2,7 @@
 
     python -m bench.decoding ~/.cache/lookback/bench/runs/STAMP/feed [--threads 1 2]
     python -m bench.decoding JOEY_RUN/feed --lookback-run LOOKBACK_RUN/feed
+    python -m bench.decoding RUN/feed --system recipe --joey-system joey_best   # each tool's recipe
 
 RUN is a configuration folder of a full `python -m bench` run: it holds
 both systems' weights after the same training budget. With --lookback-run,
@@ -63,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="take lookback's weights from this configuration folder of another bench run (default: RUN), "
         "e.g. when Joey NMT trained longer in a run of its own (--only joey)",
     )
+    ap.add_argument(
+        "--joey-system",
+        choices=["joey", "joey_best"],
+        default="joey",
+        help="which Joey weights: joey (like for like, the default) or joey_best (Joey's own recipe)",
+    )
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default 1 2)")
     ap.add_argument("--joey-venv", type=Path, default=JOEY_VENV)
     ap.add_argument("--results-dir", type=Path, default=RESULTS)
@@ -98,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(read_json(args.run)))
         return 0
+    record, out = measure(args)
+    print_table(record)
+    print(f"written: {out}")
+    return 0 if not record["errors"] else 1
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Path]:
+    """Every combination at every thread count, each in a fresh process; the record and its path."""
     spec = read_json(args.run / "spec.json")
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
     hyp_dir = args.run / f"decoding_{stamp}"
@@ -106,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
     rows: list[dict[str, Any]] = []
     for threads in args.threads:
-        jobs = [("joey", "", {"system": "joey"})]
+        jobs = [(args.joey_system, "", {"system": args.joey_system})]
         for backend, quantize, top_in_graph in COMBOS:
             where = "_topk_torch" if top_in_graph is False else ""
             slug = f".{backend}{'_int8' if quantize else ''}{where}"
@@ -132,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 if done.exists():
                     done.rename(hyp_dir / f"{system}{tag}.translate.{kind}")
             rows.append({"name": name, "threads": threads, "tag": tag, "system": system, "result": result})
-    record = summarise(rows, hyp_dir)
+    record = summarise(rows, hyp_dir, args.joey_system)
     record.update(
         created=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         machine={**machine(spec["device"]), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
@@ -142,18 +157,17 @@ def main(argv: list[str] | None = None) -> int:
         model=str(model_dir),
         test=spec["test"],
         decode_batch_size=spec["decode_batch_size"],
+        systems={"lookback": args.system, "joey": args.joey_system},
     )
     out = args.results_dir / f"{stamp}_{spec['device']}_decoding.json"
     write_json(out, record)
-    print_table(record)
-    print(f"written: {out}")
-    return 0 if not record["errors"] else 1
+    return record, out
 
 
-def summarise(rows: list[dict[str, Any]], hyp_dir: Path) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], hyp_dir: Path, joey_system: str = "joey") -> dict[str, Any]:
     """One entry per combination, with ratios against Joey and output differences from fp32."""
     table, errors = [], []
-    joey = {r["threads"]: r for r in rows if r["system"] == "joey"}
+    joey = {r["threads"]: r for r in rows if r["system"] == joey_system}
     fp32 = {r["threads"]: r for r in rows if r["name"] == "lookback torch"}
     for r in rows:
         res, figs = r["result"], r["result"].get("figures") or {}
@@ -175,7 +189,7 @@ def summarise(rows: list[dict[str, Any]], hyp_dir: Path) -> dict[str, Any]:
             ) or {}
             mine, theirs = b.get("sentences_per_s"), j.get("sentences_per_s")
             entry[f"beam{beam}_vs_joey"] = mine / theirs if mine and theirs else None
-            if r["system"] != "joey" and r["threads"] in fp32:
+            if r["system"] != joey_system and r["threads"] in fp32:
                 base = hyp_dir / f"{r['system']}{fp32[r['threads']]['tag']}.beam{beam}.txt"
                 entry[f"beam{beam}_differ_from_fp32"] = differing(
                     hyp_dir / f"{r['system']}{r['tag']}.beam{beam}.txt", base
