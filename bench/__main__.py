@@ -585,6 +585,15 @@ def earlier_result(run_dir: Path, system: str, task: str, out_dir: Path, config:
     return result
 
 
+def joey_versions(results: dict) -> dict | None:
+    """Joey's environment, as its training child recorded it (joey's, else joey_best's)."""
+    for system in ("joey", settings.JOEY_BEST):
+        versions = ((results.get(system) or {}).get("train") or {}).get("versions")
+        if versions:
+            return versions
+    return None
+
+
 def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info: dict) -> dict[str, Any]:
     """The JSON of one configuration: machine, versions, settings, figures, ratios, raw results."""
     table, ratios = figures_and_ratios(results, peak=plan.peak)
@@ -602,7 +611,7 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
         "machine": machine_info,
         "versions": {
             "lookback_env": versions(),
-            "joey_env": (results.get("joey", {}).get("train") or {}).get("versions"),
+            "joey_env": joey_versions(results),
         },
         "settings": {
             "model": settings.model_settings(config),
