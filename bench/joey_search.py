@@ -55,6 +55,8 @@ POINTS: dict[str, tuple[str, list[str]]] = {
     "peer_constant": ("peer", ["schedule=constant"]),
     "iwslt": ("iwslt", []),
     "peer_joey_defaults": ("peer", ["normalization=batch", "hidden_dropout=0"]),
+    # the two that gained, together
+    "peer_batch40_joey_defaults": ("peer", ["batch_sentences=40", "normalization=batch", "hidden_dropout=0"]),
 }
 
 
