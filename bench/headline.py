@@ -58,7 +58,8 @@ def decoding_rows(record: dict[str, Any]) -> list[tuple[str, float | None, float
         fp32 = next((r for r in at if r["name"] == "lookback torch"), None)
         others = [r for r in at if r["name"].startswith("lookback") and r is not fp32]
         fastest = max(others, key=lambda r: r["beam5_sentences_per_s"] or 0, default=None)
-        for label, mine in (("PyTorch fp32", fp32), (fastest and fastest["name"][9:], fastest)):
+        fastest_label = fastest and fastest["name"].removeprefix("lookback ")
+        for label, mine in (("PyTorch fp32", fp32), (fastest_label, fastest)):
             if mine is None:
                 continue
             for beam, name in ((1, "greedy"), (5, "beam 5")):
