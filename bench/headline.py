@@ -42,6 +42,10 @@ def cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def quoted(label: str) -> str:
+    return f'"{label}"'
+
+
 def ratio(mine: float | None, theirs: float | None) -> str:
     return f"{mine / theirs:.2f}x" if mine is not None and theirs else "-"
 
@@ -112,8 +116,8 @@ def markdown(record: dict[str, Any]) -> str:
         "",
         f"{m.get('cpu_model') or m.get('gpu')}, {m.get('cpu_cores')} cores, flags "
         f"{', '.join(m.get('cpu_flags') or []) or '-'}; torch {torch}; {record['created'][:10]}; "
-        f"`{record['path']}`. Ratios of times and memory: lower is better for lookback "
-        f"({', '.join(sorted(LOWER_IS_BETTER))}).",
+        f"`{record['path']}`. Lower is better for lookback in the ratios of "
+        f"{' and '.join(map(quoted, sorted(LOWER_IS_BETTER)))}.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -70,6 +70,8 @@ def test_the_table_holds_both_blocks_with_their_ratios():
     assert "lookback onnxruntime int8 (BLEU 58.80 vs 55.00) | 200.0 | 40.0 | 5.00x |" in text
     assert "torch int8" not in text
     assert "AMD EPYC, 2 cores, flags avx2, fma; torch 2.13.0+cpu; 2026-11-27" in text
+    # the footer names, whole, the two figures whose ratio is better below 1
+    assert 'ratios of "minutes to Joey\'s final validation BLEU" and "training, peak RSS (GB)".' in text
 
 
 def test_a_missing_figure_prints_as_a_dash_and_its_ratio_too():
