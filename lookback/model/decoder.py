@@ -277,12 +277,13 @@ class Decoder(nn.Module):
         (the loss projects only the real target tokens); `stepwise` runs one step at a time
         even where the decoder could run all at once (the same numbers, slower); `look`:
         hard attention or a counterfactual, at inference."""
+        x = self.embed_inputs(y_prev)  # (B, T, E), once for all T steps
         if (self.parallel and not stepwise) or y_prev.size(1) == 1:
-            out = self._steps(y_prev, enc, state, look)
+            out = self._steps(x, enc, state, look)
         else:
             steps = []
             for t in range(y_prev.size(1)):
-                steps.append(self._steps(y_prev[:, t : t + 1], enc, state, look))
+                steps.append(self._steps(x[:, t : t + 1], enc, state, look))
                 state = steps[-1].state
             out = DecoderOutput.cat(steps)
         return out._replace(logits=self.project(out.s_tilde)) if project else out
@@ -291,9 +292,15 @@ class Decoder(nn.Module):
         """5) the logits of P(y_t) = softmax(W_o ~s_t): (..., D) -> (..., V)."""
         return self.out(self.dropout(s_tilde))
 
-    def _steps(self, y_prev: Tensor, enc: EncoderOutput, state: DecoderState, look: Look) -> DecoderOutput:
-        """T decoder steps with one RNN call, without logits; T must be 1 unless `self.parallel`."""
-        x = self.dropout(drop_words(self.embed(y_prev), self.word_dropout, self.training))  # (B, T, E)
+    def embed_inputs(self, y_prev: Tensor) -> Tensor:
+        """The embeddings of the previous tokens y_prev (B, T), with word dropout and dropout:
+        (B, T, E). Done once for all T even when the steps run one at a time: an embedding's
+        backward writes a gradient the size of the whole table, once per call."""
+        return self.dropout(drop_words(self.embed(y_prev), self.word_dropout, self.training))
+
+    def _steps(self, x: Tensor, enc: EncoderOutput, state: DecoderState, look: Look) -> DecoderOutput:
+        """T decoder steps with one RNN call on the embedded previous tokens x (B, T, E), without
+        logits; T must be 1 unless `self.parallel`."""
         inputs, c, query = [x], None, None
         if not self.attends:  # 1) the fixed context c, at every step
             e, alpha, c = self.context(x, enc)
@@ -317,5 +324,5 @@ class Decoder(nn.Module):
             pieces = self.maxout(torch.cat([query, x.to(s.dtype), c.to(s.dtype)], -1))  # (B, T, 2D)
             pieces = self.norm(pieces)
             s_tilde = pieces.view(*pieces.shape[:-1], -1, 2).amax(-1)  # (B, T, D)
-        next_state = DecoderState(hidden, s_tilde[:, -1], state.step + y_prev.size(1), coverage)
+        next_state = DecoderState(hidden, s_tilde[:, -1], state.step + x.size(1), coverage)
         return DecoderOutput(s, e, alpha, c, s_tilde, None, next_state)

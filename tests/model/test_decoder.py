@@ -16,6 +16,31 @@ def test_teacher_forcing_in_one_call_equals_stepping(attention, cell):
     assert_one_call_equals_stepping(model_for(cell, True, attention, False, "current"))
 
 
+@pytest.mark.parametrize("feeding,attend_from", [(True, "current"), (False, "previous")])
+def test_a_stepping_decoder_embeds_the_whole_target_in_one_call(feeding, attend_from):
+    """Where teacher forcing must step (input feeding; attending from s_{t-1}), the target's
+    embeddings are still looked up in one call, whose backward then writes the table-sized
+    gradient once, not once per step; the steps give the logits and weights of calling the
+    decoder one token at a time, as search does."""
+    model = model_for("gru", True, "additive", feeding, attend_from).eval()
+    assert not model.decoder.parallel
+    lookups = []
+    model.decoder.embed.register_forward_hook(lambda module, args, out: lookups.append(tuple(args[0].shape)))
+    b = collate(PAIRS)
+    with torch.no_grad():
+        enc = model.encode(b.src, b.src_len)
+        state = model.decoder.init_state(enc)
+        whole = model.decoder(b.tgt_in, enc, state)
+        assert lookups == [tuple(b.tgt_in.shape)]
+        steps = []
+        for t in range(b.tgt_in.size(1)):
+            steps.append(model.decoder(b.tgt_in[:, t : t + 1], enc, state))
+            state = steps[-1].state
+    assert len(lookups) == 1 + b.tgt_in.size(1)
+    assert torch.allclose(whole.logits, torch.cat([o.logits for o in steps], 1), atol=1e-5)
+    assert torch.allclose(whole.alpha, torch.cat([o.alpha for o in steps], 1), atol=1e-6)
+
+
 def test_without_attention_the_context_is_the_same_at_every_step():
     model = model_for("gru", True, "none", False, "current", context="mean")
     b = collate(PAIRS)
