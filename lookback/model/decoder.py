@@ -24,8 +24,9 @@ When the RNN does not read what attention computed (attend_from current, no
 input feeding) teacher forcing runs it over the whole target in one call and
 attends with one batched matrix product; with coverage, whose scores read the
 weights of the steps before, only attention then loops over the steps, the RNN
-and the readout still run once. Otherwise the decoder steps, as search does
-(`stepwise=True` forces that: the reference the fast paths are tested against).
+and the readout still run once. Otherwise the decoder steps, as search does, with
+the target embedded once for all steps (`stepwise=True` forces stepping: the
+reference the fast paths are tested against).
 
 Legend: B batch, T target steps, S source length, E embedding size,
 D decoder state size, He encoder state size, L layers, V target vocabulary.
