@@ -81,7 +81,12 @@ MULTI30K = {
         "test": "multi30k:test_2016_flickr",
     },
     "tokenizer": {"vocab_size": 8000},
-    "model": {"attention": "additive", "layer_norm": True, "tie_embeddings": True},
+    "model": {
+        "attention": "additive",
+        "layer_norm": True,
+        "tie_embeddings": True,
+        "readout": "bahdanau",
+    },
     "train": {
         "run_dir": str(RUNS / "multi30k"),
         "max_tokens": 1000,

@@ -52,10 +52,11 @@ MAIN_JOB = Path("../runs/quickstart")  # what ./quickstart.sh trains; loaded whe
 # ## The model
 #
 # The main job's recipe (`configs/quickstart.yaml`), written out: GRU encoder and decoder,
-# additive attention, layer normalisation, tied target embeddings, batches of 1,000 target
-# tokens, a learning rate of 3e-3 after 200 warm-up updates falling on a cosine until the time
-# limit. Run a second time, `train` continues the run or finds it done. Notebook 1 trains the
-# same run: whichever comes first trains it, the other loads it.
+# additive attention, layer normalisation, tied target embeddings, Bahdanau's maxout readout
+# (`~s_t = maxout(U_o s_t + V_o y_{t-1} + C_o c_t)`), batches of 1,000 target tokens, a
+# learning rate of 3e-3 after 200 warm-up updates falling on a cosine until the time limit.
+# Run a second time, `train` continues the run or finds it done. Notebook 1 trains the same
+# run: whichever comes first trains it, the other loads it.
 
 # %%
 MULTI30K = {
@@ -67,7 +68,12 @@ MULTI30K = {
         "test": "multi30k:test_2016_flickr",
     },
     "tokenizer": {"vocab_size": 8000},
-    "model": {"attention": "additive", "layer_norm": True, "tie_embeddings": True},
+    "model": {
+        "attention": "additive",
+        "layer_norm": True,
+        "tie_embeddings": True,
+        "readout": "bahdanau",
+    },
     "train": {
         "run_dir": str(RUNS / "multi30k"),
         "max_tokens": 1000,

@@ -46,9 +46,11 @@ VARIANTS = {  # model config -> a tiny model of it
     "coverage": {"coverage": True},
     "previous state, Bahdanau readout": {"attend_from": "previous", "readout": "bahdanau"},
     "layer norm, Bahdanau readout": {"layer_norm": True, "readout": "bahdanau"},
-    "tied embeddings, layer norm (the main job's)": {
+    "tied embeddings, layer norm": {"tie_embeddings": True, "layer_norm": True, "dec_hidden_size": 16},
+    "tied embeddings, layer norm, Bahdanau readout (the main job's)": {
         "tie_embeddings": True,
         "layer_norm": True,
+        "readout": "bahdanau",
         "dec_hidden_size": 16,
     },
     "local_p window": {"window": "local_p", "window_size": 2},
