@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -86,6 +88,7 @@ MULTI30K = {
         "layer_norm": True,
         "tie_embeddings": True,
         "readout": "bahdanau",
+        "dropout": 0.1,
     },
     "train": {
         "run_dir": str(RUNS / "multi30k"),
