@@ -34,3 +34,35 @@ def test_each_notebook_starts_with_its_install_cell_and_ends_with_exercises(sour
     assert "pip" in code[0] and 'find_spec("lookback") is None' in code[0]  # on Colab only
     assert "from lookback.exercises import" in code[-1]
     assert (source.parent / "solutions" / source.name).exists()
+
+
+def _recipe_dict(source: Path) -> dict:
+    """The `MULTI30K = {...}` recipe a notebook trains, read without running the notebook."""
+    import ast
+
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["MULTI30K"]:
+            # run_dir and time_limit are expressions (RUNS / ..., MINUTES): the rest are literals
+            train = next(v for k, v in zip(node.value.keys, node.value.values) if k.value == "train")
+            for i in reversed(range(len(train.keys))):
+                if train.keys[i].value in ("run_dir", "time_limit"):
+                    del train.keys[i], train.values[i]
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{source.name} has no MULTI30K recipe")
+
+
+@pytest.mark.parametrize("source", NOTEBOOKS[:2], ids=lambda p: p.stem)
+def test_notebooks_1_and_2_train_the_main_jobs_recipe(source):
+    """A change to configs/quickstart.yaml (the maxout readout, dropout 0.1) reaches the notebooks:
+    both resolve to the same config, but for where the notebook trains, how long and how often it
+    validates."""
+    from lookback.config import from_dict, load_config
+
+    main_job = load_config(source.parent.parent / "configs" / "quickstart.yaml").to_dict()
+    raw = _recipe_dict(source)
+    raw["train"]["time_limit"] = 12  # the notebook's MINUTES, an expression
+    recipe = from_dict(raw, source=source.name).to_dict()
+    for cfg in (main_job, recipe):
+        for key in ("run_dir", "time_limit", "valid_every"):  # the notebook's own folder and clock
+            cfg["train"].pop(key)
+    assert recipe == main_job
