@@ -43,7 +43,8 @@ def _recipe_dict(source: Path) -> dict:
     for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["MULTI30K"]:
             # run_dir and time_limit are expressions (RUNS / ..., MINUTES): the rest are literals
-            train = next(v for k, v in zip(node.value.keys, node.value.values, strict=True) if k.value == "train")
+            sections = dict(zip((k.value for k in node.value.keys), node.value.values, strict=True))
+            train = sections["train"]
             for i in reversed(range(len(train.keys))):
                 if train.keys[i].value in ("run_dir", "time_limit"):
                     del train.keys[i], train.values[i]
