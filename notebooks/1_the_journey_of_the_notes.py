@@ -91,7 +91,7 @@ MULTI30K = {
     "train": {
         "run_dir": str(RUNS / "multi30k"),
         "max_tokens": 1000,
-        "lr": 0.003,
+        "lr": 0.005,
         "warmup": 200,
         "schedule": "cosine",
         "valid_every": 200,
