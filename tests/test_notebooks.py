@@ -2,11 +2,14 @@
 Jupyter, Colab and nbmake open built from it (`jupytext --to ipynb notebooks/[0-9]*.py`), in step
 and without outputs. pytest -m slow runs them (notebooks/conftest.py)."""
 
+import ast
 import json
 from pathlib import Path
 
 import jupytext
 import pytest
+
+from lookback.config import from_dict, load_config
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9]_*.py"))
 
@@ -38,8 +41,6 @@ def test_each_notebook_starts_with_its_install_cell_and_ends_with_exercises(sour
 
 def _recipe_dict(source: Path) -> dict:
     """The `MULTI30K = {...}` recipe a notebook trains, read without running the notebook."""
-    import ast
-
     for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["MULTI30K"]:
             # run_dir and time_limit are expressions (RUNS / ..., MINUTES): the rest are literals
@@ -54,11 +55,9 @@ def _recipe_dict(source: Path) -> dict:
 
 @pytest.mark.parametrize("source", NOTEBOOKS[:2], ids=lambda p: p.stem)
 def test_notebooks_1_and_2_train_the_main_jobs_recipe(source):
-    """A change to configs/quickstart.yaml (the maxout readout, dropout 0.1) reaches the notebooks:
+    """A change to configs/quickstart.yaml (its readout, dropout, learning rate) reaches the notebooks:
     both resolve to the same config, but for where the notebook trains, how long and how often it
     validates."""
-    from lookback.config import from_dict, load_config
-
     main_job = load_config(source.parent.parent / "configs" / "quickstart.yaml").to_dict()
     raw = _recipe_dict(source)
     raw["train"]["time_limit"] = 12  # the notebook's MINUTES, an expression
