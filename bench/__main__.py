@@ -162,7 +162,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "lookback's) against joey_best's (else joey's); PyTorch and ONNX Runtime, fp32 and int8, 1 and 2 "
         "threads (or --threads); its figures go into this run's JSON",
     )
+    ap.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="go on with a run that was killed (WORK_DIR/runs/STAMP), given the same command: what it "
+        "finished is kept, a Joey training goes on from its last validation (its checkpoint), the rest "
+        "is measured again; for trainings longer than a session",
+    )
     args = ap.parse_args(argv)
+    if args.resume and not args.resume.is_dir():
+        ap.error(f"--resume {args.resume}: no such run folder")
     if args.decoding and (args.only or args.joey_from):
         ap.error("--decoding needs both tools' weights from this run: leave out --only and --joey-from")
     if args.only == settings.JOEY_BEST and not args.joey_best:
@@ -453,8 +463,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     print(f"bench: preparing data in {args.work_dir}", flush=True)
     data = prepare_data(args.work_dir, mode["test_limit"])
     test = f"{settings.TEST_SET}_{mode['test_limit']}" if mode["test_limit"] else settings.TEST_SET
-    stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-    quick_root = Path(tempfile.mkdtemp(prefix="lookback-bench-")) if args.quick else None
+    stamp = args.resume.name if args.resume else dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    quick_root = Path(tempfile.mkdtemp(prefix="lookback-bench-")) if args.quick and not args.resume else None
     budget_s = args.budget_minutes * 60 if args.budget_minutes is not None else mode["budget_s"]
     recipe_s = args.recipe_budget_minutes * 60 if args.recipe_budget_minutes is not None else budget_s
     return Plan(
@@ -472,7 +482,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         test_sentences=len((data / f"{test}.{settings.SRC_LANG}").read_text().splitlines()),
         systems=systems,
         stamp=stamp,
-        runs_root=quick_root or args.work_dir / "runs" / stamp,
+        runs_root=args.resume or quick_root or args.work_dir / "runs" / stamp,
         results_dir=args.results_dir or (RESULTS / "quick" if args.quick else RESULTS),
         joey_error=joey_error,
         recipe=settings.recipe_settings(args.recipe, recipe_s / 60) if args.recipe else None,
@@ -509,7 +519,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
         return {}, {s: {t: miss(s, t, error) for t in TASKS} for s in plan.systems}
     spec = make_spec(plan, config, out_dir, seed_dir)
     spec_paths = {s: out_dir / "spec.json" for s in plan.systems}  # one file, whichever systems run
-    write_json(out_dir / "spec.json", spec)  # also with --only joey
+    write_spec(out_dir / "spec.json", spec, plan.args.resume)  # also with --only joey
     recipe_error = None
     if plan.recipe:  # its own seed (model) and spec; the same data, tokenizer and clock
         spec_paths[settings.RECIPE_SYSTEM] = out_dir / "spec.recipe.json"
@@ -522,7 +532,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
                 "budget_s": plan.recipe_budget_s,
                 "lookback_seed": str(recipe_seed),
             }
-            write_json(spec_paths[settings.RECIPE_SYSTEM], recipe_spec)
+            write_spec(spec_paths[settings.RECIPE_SYSTEM], recipe_spec, plan.args.resume)
         except Exception as exc:
             from lookback.errors import first_line
 
@@ -537,7 +547,7 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
             "joey": plan.args.joey,
             "budget_s": plan.joey_best_budget_s,
         }
-        write_json(spec_paths[settings.JOEY_BEST], best)
+        write_spec(spec_paths[settings.JOEY_BEST], best, plan.args.resume)
     budgets = {settings.RECIPE_SYSTEM: plan.recipe_budget_s, settings.JOEY_BEST: plan.joey_best_budget_s}
     results: dict[str, dict] = {}
     for system in plan.systems:
@@ -551,6 +561,9 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
                 results[system][task] = miss(system, task, recipe_error)
             elif task == "translate" and results[system]["train"].get("error"):
                 results[system][task] = miss(system, task, "training failed")
+            elif plan.args.resume and finished(out_dir / f"{system}.{task}.json"):
+                print(f"bench: {config}: {system} {task}: finished before, kept", flush=True)
+                results[system][task] = read_json(out_dir / f"{system}.{task}.json")
             else:
                 print(f"bench: {config}: {system} {task} ...", flush=True)
                 budget_s = budgets.get(system, plan.budget_s)
@@ -559,6 +572,30 @@ def measure(plan: Plan, config: str, out_dir: Path) -> tuple[dict, dict]:
                     system, task, spec_paths[system], out_dir, timeout, plan.args.joey_venv
                 )
     return spec, results
+
+
+def write_spec(path: Path, spec: dict[str, Any], resume: Path | None) -> None:
+    """Write a measurement's spec; with --resume, the run's own spec must be this one (the same
+    command), and the children are told to go on from their checkpoints."""
+    if resume:
+        before = read_json(path) if path.is_file() else None
+        if before is None:
+            raise SystemExit(f"bench: --resume: {path} is missing: that run measured something else")
+        differ = sorted(k for k in {*before, *spec} - {"resume"} if before.get(k) != spec.get(k))
+        if differ:
+            raise SystemExit(
+                f"bench: --resume: {path} was written by another command ({', '.join(differ)} differ)"
+            )
+        spec = {**spec, "resume": True}
+    write_json(path, spec)
+
+
+def finished(result_path: Path) -> bool:
+    """A measurement's result file from an earlier process, without an error."""
+    try:
+        return read_json(result_path).get("error") is None
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def earlier_result(run_dir: Path, system: str, task: str, out_dir: Path, config: str) -> dict:
@@ -636,6 +673,7 @@ def make_record(plan: Plan, config: str, spec: dict, results: dict, machine_info
             "joey_best_budget_s": plan.joey_best_budget_s if plan.args.joey else None,
             "recipe": plan.recipe,  # the recipe system: its config file, model and training recipe
             "joey_from": str(plan.args.joey_from) if plan.args.joey_from else None,  # Joey not run again
+            "resumed": bool(plan.args.resume),  # killed and resumed: the children's `processes` say where
         },
         "figures": table,
         "ratios": ratios,

@@ -15,6 +15,7 @@ lookback gets it from bench/lookback_run.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -41,6 +42,16 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[i
     return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
+def epochs_after(n: int, batch_size: int, seed: int, done: int) -> Iterator[list[list[int]]]:
+    """Each epoch's batches, from the one after the first `done` updates on (a run that goes on
+    from a checkpoint); the first epoch yielded is cut to the batches not yet trained on."""
+    per_epoch = len(epoch_batches(n, batch_size, seed, 0))
+    first = done // per_epoch
+    for epoch in itertools.count(first):
+        plan = epoch_batches(n, batch_size, seed, epoch)
+        yield plan[done % per_epoch :] if epoch == first else plan
+
+
 def timed_training(
     batches: Iterator[Any],
     step: Callable[[Any], int],
@@ -50,6 +61,8 @@ def timed_training(
     max_steps: int = 0,
     validate: Callable[[], float] | None = None,
     validate_every_s: float = 0.0,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train until `budget_s` seconds of training have passed (or `max_steps` updates).
 
@@ -66,25 +79,50 @@ def timed_training(
             `validate_every_s` seconds of training, and at the end. Its own time is left
             out of the training clock (and of the budget), so both systems' curves are of
             training time alone.
+        checkpoint: called after each validation but the last with the loop's progress (updates,
+            training clock, throughput counts, curve: plain JSON), for the caller to save beside
+            its weights and optimiser, so that a killed run can go on. Its time is left out of
+            the clock too, and recorded in the curve's point as `checkpoint_seconds`.
+        resume: the progress an earlier process gave `checkpoint` last: the loop goes on from
+            there (its clock, updates, counts and curve), and `batches` must start at the
+            update after progress["steps"].
 
     Returns:
         Steps, seconds and the throughput after warm-up; with `validate`, also `curve`:
         one {"seconds", "steps", "bleu", "validate_seconds"} per validation.
     """
-    start = time.perf_counter()
-    steps = tokens = sents = 0
-    paused = 0.0  # seconds spent validating
-    warm_at = 0.0 if warmup_steps == 0 else None  # on the training clock: seconds since start - paused
-    now = start
-    curve: list[dict[str, float]] = []
+    progress = resume or {"steps": 0, "tokens": 0, "sentences": 0, "seconds": 0.0, "curve": []}
+    steps, tokens, sents = progress["steps"], progress["tokens"], progress["sentences"]
+    processes = progress.get("processes", 0) + 1  # this one included
+    start = time.perf_counter() - progress["seconds"]  # the training clock goes on where it stopped
+    paused = 0.0  # seconds spent validating (and checkpointing) in this process
+    # on the training clock: seconds since start - paused
+    warm_at = 0.0 if warmup_steps == 0 else progress.get("warm_at")
+    now = time.perf_counter()
+    curve: list[dict[str, float]] = [dict(p) for p in progress["curve"]]
 
-    def check() -> None:
+    def check(last: bool = False) -> None:
         nonlocal paused
         t0 = time.perf_counter()
         bleu = validate()
         took = time.perf_counter() - t0
         curve.append({"seconds": t0 - start - paused, "steps": steps, "bleu": bleu, "validate_seconds": took})
         paused += took
+        if checkpoint and not last:
+            t1 = time.perf_counter()
+            checkpoint(
+                {
+                    "steps": steps,
+                    "tokens": tokens,
+                    "sentences": sents,
+                    "seconds": curve[-1]["seconds"],  # no training since the validation began
+                    "warm_at": warm_at,
+                    "curve": [dict(p) for p in curve],
+                    "processes": processes,
+                }
+            )
+            curve[-1]["checkpoint_seconds"] = time.perf_counter() - t1
+            paused += curve[-1]["checkpoint_seconds"]
 
     for batch in batches:
         n_tokens = step(batch)
@@ -102,7 +140,7 @@ def timed_training(
             check()
     trained = now - start - paused
     if validate:
-        check()  # the end of the curve
+        check(last=True)  # the end of the curve
     measured = trained - warm_at if warm_at is not None and steps > warmup_steps else 0.0
     figures = {
         "steps": steps,
@@ -114,6 +152,7 @@ def timed_training(
         "target_tokens_per_s": tokens / measured if measured else None,
         "sentences_per_s": sents / measured if measured else None,
         "steps_per_s": (steps - warmup_steps) / measured if measured else None,
+        "processes": processes,  # more than 1: resumed from a checkpoint
     }
     if validate:
         figures["curve"] = curve

@@ -61,7 +61,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench.common, without lookback
 
 from bench.common import (  # noqa: E402
-    epoch_batches,
+    epochs_after,
     matmul_flops_per_token,
     read_lines,
     run_measurement,
@@ -203,8 +203,10 @@ def plateau(optimizer, verbose: bool = False, **kwargs):
     return ReduceLROnPlateau(optimizer, **kwargs)
 
 
-def _load(spec: dict[str, Any], task: str):
-    """Joey's own set-up: config, data, vocabulary, model (and, to translate, the trained weights)."""
+def _load(spec: dict[str, Any], task: str, fresh: bool = True):
+    """Joey's own set-up: config, data, vocabulary, model (and, to translate, the trained weights).
+    `fresh`: a training that starts from step 0 empties its model folder first (Joey's own
+    make_model_dir); one that goes on from a checkpoint keeps it."""
     import torch
     import yaml
     from joeynmt import builders
@@ -220,7 +222,7 @@ def _load(spec: dict[str, Any], task: str):
         raise RuntimeError("the harness measures on cuda, but torch in Joey's venv sees no GPU")
     cfg = joey_config(spec, task)
     model_dir = Path(cfg["model_dir"])
-    if task == "train":
+    if task == "train" and fresh:
         make_model_dir(model_dir, overwrite=True)
     path = model_dir / f"{task}_config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
@@ -259,6 +261,56 @@ def _check_pieces(train_data, spec: dict[str, Any], n: int = 1000) -> None:
                 raise ValueError(f"Joey splits training pair {i} ({lang}) differently: {line!r}")
 
 
+def _resume_path(spec: dict[str, Any]) -> Path:
+    """Where a Joey training keeps its checkpoint at each validation (bench --resume)."""
+    return Path(spec["out_dir"]) / spec.get("system", "joey") / "resume.pt"
+
+
+def _save_checkpoint(path: Path, model, trainer, rates: list[float], progress: dict[str, Any]) -> None:
+    """Everything a killed training needs to go on as if it had not been killed: weights, Adam's
+    moments, the plateau scheduler, the random generators (dropout), the harness's progress.
+    Written beside, then moved into place: a kill while saving keeps the previous one."""
+    import random
+
+    import numpy as np
+    import torch
+
+    state = {
+        "model": model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict() if trainer.scheduler is not None else None,
+        "torch_rng": torch.get_rng_state(),
+        "python_rng": random.getstate(),
+        "numpy_rng": np.random.get_state(),
+        "rates": rates,
+        "progress": progress,
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def _load_checkpoint(path: Path, model, trainer) -> tuple[list[float], dict[str, Any]]:
+    """Restore what _save_checkpoint saved; (the learning rates so far, the harness's progress)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+    except Exception as exc:  # a truncated or foreign file: say which, lose nothing
+        raise RuntimeError(f"{path}: not a checkpoint this Joey run can go on from ({exc})") from None
+    if state["scheduler"] is not None and trainer.scheduler is not None:
+        trainer.scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    np.random.set_state(state["numpy_rng"])
+    return state["rates"], state["progress"]
+
+
 def train(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from joeynmt.config import set_validation_args
@@ -266,7 +318,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     from joeynmt.training import TrainManager
     from torch.utils.data import DataLoader
 
-    args, model, train_data, dev_data, _ = _load(spec, "train")
+    checkpoint_path = _resume_path(spec)
+    resuming = bool(spec.get("resume")) and checkpoint_path.is_file()
+    args, model, train_data, dev_data, _ = _load(spec, "train", fresh=not resuming)
     trainer = TrainManager(
         model=model,
         model_dir=args.model_dir,
@@ -289,9 +343,15 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         train_data.collate_fn, eos_index=model.eos_index, pad_index=model.pad_index, device=args.device
     )
 
-    def batches():
-        for epoch in itertools.count():
-            plan = epoch_batches(n, size, spec["seed"], epoch)
+    rates: list[float] = []  # the learning rate after each validation
+    progress = None
+    if resuming:
+        rates, progress = _load_checkpoint(checkpoint_path, model, trainer)
+        print(f"going on from {checkpoint_path}: update {progress['steps']}", flush=True)
+
+    def batches(done: int):
+        """The plan's batches after the first `done` updates."""
+        for plan in epochs_after(n, size, spec["seed"], done):
             order = [i for batch in plan for i in batch]
             sampler = SentenceBatchSampler(
                 PlanSampler(train_data, order), size, drop_last=False, seed=spec["seed"]
@@ -314,8 +374,6 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
 
     refs = read_lines(Path(spec["data_dir"]) / f"{spec['valid']}.{spec['tgt_lang']}")
 
-    rates: list[float] = []  # the learning rate after each validation
-
     def validate() -> float:  # greedy BLEU on the validation set, as lookback's side
         import sacrebleu
 
@@ -327,7 +385,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         return bleu
 
     figures = timed_training(
-        batches(),
+        batches(progress["steps"] if progress else 0),
         step,
         lambda b: int(b.nseqs),
         spec["budget_s"],
@@ -335,6 +393,8 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         spec["max_steps"],
         validate,
         spec["validate_every_s"],
+        checkpoint=partial(_save_checkpoint, checkpoint_path, model, trainer, rates),
+        resume=progress,
     )
     figures["learning_rates"] = rates  # one per validation of the curve
     figures["joey_recipe"] = joey_recipe(spec)
@@ -346,7 +406,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.max_memory_allocated(args.device) if args.device.type == "cuda" else None
     )
     torch.save({"model_state": model.state_dict()}, Path(args.model_dir) / "budget.ckpt")
-    figures["flops_per_target_token"] = matmul_flops_per_token(step, itertools.islice(batches(), 5))
+    figures["flops_per_target_token"] = matmul_flops_per_token(step, itertools.islice(batches(0), 5))
     trainer.tb_writer.close()
     return figures
 

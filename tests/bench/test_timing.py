@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -57,6 +58,57 @@ def test_validation_time_is_left_out_of_the_training_clock_and_the_budget(clock)
     assert figures["target_tokens_per_s"] == 10.0  # 400 tokens in 40 s of training
     assert minutes_to(curve, 40) == pytest.approx(0.5) and minutes_to(curve, 25) == pytest.approx(1 / 3)
     assert minutes_to(curve, 60) is None
+
+
+class Killed(Exception):
+    """The process dies mid-training (a session's end, a kill)."""
+
+
+def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_figures(clock):
+    def run(kill_at: int | None = None, resume: dict | None = None):
+        """40 s of training, one update a second (and its batch number as its tokens), a 7 s
+        validation every 10 s, a 2 s checkpoint after each; killed at update `kill_at`."""
+        saved = []
+
+        def step(batch) -> int:
+            if batch == kill_at:
+                raise Killed
+            clock.now += 1.0
+            return batch
+
+        def validate() -> float:
+            clock.now += 7.0
+            return 50.0
+
+        def checkpoint(progress):
+            clock.now += 2.0
+            saved.append(json.loads(json.dumps(progress)))  # what a file keeps
+
+        first = resume["steps"] + 1 if resume else 1
+        try:
+            figures = timed_training(
+                itertools.count(first), step, lambda b: 1, budget_s=40, warmup_steps=3,
+                validate=validate, validate_every_s=10, checkpoint=checkpoint, resume=resume,
+            )  # fmt: skip
+        except Killed:
+            figures = None
+        return figures, saved
+
+    whole, saved_whole = run()
+    assert [p["steps"] for p in saved_whole] == [10, 20, 30]  # none after the last validation
+    assert [p.get("checkpoint_seconds") for p in whole["curve"]] == [2.0, 2.0, 2.0, None]
+    killed, saved = run(kill_at=25)
+    assert killed is None and [p["steps"] for p in saved] == [10, 20]
+    clock.now += 1000.0  # the next session
+    resumed, _ = run(resume=saved[-1])
+    for key in ("steps", "seconds", "measured_steps", "measured_seconds", "measured_target_tokens"):
+        assert resumed[key] == whole[key], key
+    assert resumed["steps"] == 40 and resumed["seconds"] == 40.0
+    assert resumed["target_tokens_per_s"] == whole["target_tokens_per_s"] == sum(range(4, 41)) / 37
+    points = [(p["seconds"], p["steps"]) for p in resumed["curve"]]
+    assert points == [(p["seconds"], p["steps"]) for p in whole["curve"]]
+    assert points == [(10.0, 10), (20.0, 20), (30.0, 30), (40.0, 40)]
+    assert whole["processes"] == 1 and resumed["processes"] == 2
 
 
 def test_without_validation_the_loop_is_as_before(clock):
