@@ -258,6 +258,7 @@ def run_child(system: str, task: str, spec_path: Path, out_dir: Path, timeout: f
             str(result_path),
         ]
     result_path.unlink(missing_ok=True)
+    keep_earlier_log(log_path)
     start = time.perf_counter()
     with log_path.open("w", encoding="utf-8") as log:
         try:
@@ -278,6 +279,16 @@ def run_child(system: str, task: str, spec_path: Path, out_dir: Path, timeout: f
         result["log_tail"] = lines[-20:]
         result["log"] = str(log_path)
     return result
+
+
+def keep_earlier_log(log_path: Path) -> None:
+    """An earlier process's log of the same measurement (killed, then --resume) moves aside to
+    LOG.1, LOG.2, ...: a training over several sittings keeps every sitting's log."""
+    if log_path.exists():
+        n = 1
+        while log_path.with_name(f"{log_path.name}.{n}").exists():
+            n += 1
+        log_path.rename(log_path.with_name(f"{log_path.name}.{n}"))
 
 
 def make_spec(plan: Plan, config: str, out_dir: Path, seed_dir: Path) -> dict[str, Any]:

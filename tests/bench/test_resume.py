@@ -110,3 +110,63 @@ def test_the_command_line_checks_the_run_folder(tmp_path, capsys):
         parse_args(["--resume", str(tmp_path / "2026-11-27_204000")])
     assert "--resume" in (err := capsys.readouterr().err) and "no such run folder" in err
     assert parse_args(["--resume", str(tmp_path)]).resume == tmp_path
+
+
+def test_a_resumed_run_keeps_what_finished_and_measures_the_rest_again(tmp_path, monkeypatch):
+    import bench.__main__ as bench_main
+
+    from .test_timing import offline_bench
+
+    offline_bench(bench_main, tmp_path, monkeypatch)
+    monkeypatch.setattr(bench_main, "gemm_peak", lambda device: None)
+    calls = []
+
+    def run_child(system, task, spec_path, out_dir, timeout, venv):
+        """Joey's training is killed the first time (no result); everything else finishes."""
+        spec = read_json(spec_path)
+        calls.append((system, task, spec.get("resume", False)))
+        killed = system == "joey_best" and task == "train" and not spec.get("resume")
+        result = {"system": system, "task": task, "error": "no result (exit -9)" if killed else None}
+        write_json(out_dir / f"{system}.{task}.json", result)
+        return result
+
+    monkeypatch.setattr(bench_main, "run_child", run_child)
+    argv = ["--only", "joey_best", "--joey-best", "peer", "--recipe", "--configs", "feed"]
+    argv += ["--work-dir", str(tmp_path / "work"), "--results-dir", str(tmp_path / "results")]
+    plan = bench_main.make_plan(bench_main.parse_args(argv))
+    run_dir = plan.runs_root
+    (run_dir / "feed").mkdir(parents=True)
+    _, first = bench_main.measure(plan, "feed", run_dir / "feed")
+    assert first["joey_best"]["translate"]["error"] == "training failed"
+    assert calls == [
+        ("joey_best", "train", False),
+        ("recipe", "train", False),
+        ("recipe", "translate", False),
+    ]
+
+    calls.clear()
+    again = bench_main.make_plan(bench_main.parse_args([*argv, "--resume", str(run_dir)]))
+    assert again.runs_root == run_dir and again.stamp == run_dir.name  # the same files, the same JSON name
+    _, second = bench_main.measure(again, "feed", run_dir / "feed")
+    assert calls == [("joey_best", "train", True), ("joey_best", "translate", True)]  # the recipe: kept
+    assert (
+        second["recipe"]["translate"]["error"] is None and second["joey_best"]["translate"]["error"] is None
+    )
+
+    changed = bench_main.make_plan(
+        bench_main.parse_args([*argv, "--budget-minutes", "60", "--resume", str(run_dir)])
+    )
+    with pytest.raises(SystemExit, match="budget_s differ"):
+        bench_main.measure(changed, "feed", run_dir / "feed")
+
+
+def test_each_sittings_log_is_kept(tmp_path):
+    from bench.__main__ import keep_earlier_log
+
+    log = tmp_path / "joey_best.train.log"
+    keep_earlier_log(log)  # none yet: nothing to keep
+    for sitting in ("first", "second", "third"):
+        keep_earlier_log(log)
+        log.write_text(sitting)
+    assert log.read_text() == "third"
+    assert [(tmp_path / f"joey_best.train.log.{n}").read_text() for n in (1, 2)] == ["first", "second"]
