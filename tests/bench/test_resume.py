@@ -12,9 +12,12 @@ import types
 import pytest
 import torch
 
-from bench.__main__ import finished, parse_args, write_spec
+import bench.__main__ as bench_main
+from bench.__main__ import finished, keep_earlier_log, parse_args, write_spec
 from bench.common import epoch_batches, epochs_after, read_json, write_json
 from bench.peers.joey import _load_checkpoint, _save_checkpoint
+
+from .test_timing import offline_bench
 
 
 @pytest.mark.parametrize("done", [0, 3, 4, 5, 9])
@@ -113,10 +116,6 @@ def test_the_command_line_checks_the_run_folder(tmp_path, capsys):
 
 
 def test_a_resumed_run_keeps_what_finished_and_measures_the_rest_again(tmp_path, monkeypatch):
-    import bench.__main__ as bench_main
-
-    from .test_timing import offline_bench
-
     offline_bench(bench_main, tmp_path, monkeypatch)
     monkeypatch.setattr(bench_main, "gemm_peak", lambda device: None)
     calls = []
@@ -161,8 +160,6 @@ def test_a_resumed_run_keeps_what_finished_and_measures_the_rest_again(tmp_path,
 
 
 def test_each_sittings_log_is_kept(tmp_path):
-    from bench.__main__ import keep_earlier_log
-
     log = tmp_path / "joey_best.train.log"
     keep_earlier_log(log)  # none yet: nothing to keep
     for sitting in ("first", "second", "third"):
