@@ -45,7 +45,7 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[i
 def epochs_after(n: int, batch_size: int, seed: int, done: int) -> Iterator[list[list[int]]]:
     """Each epoch's batches, from the one after the first `done` updates on (a run that goes on
     from a checkpoint); the first epoch yielded is cut to the batches not yet trained on."""
-    per_epoch = len(epoch_batches(n, batch_size, seed, 0))
+    per_epoch = -(-n // batch_size)  # the last batch may be shorter
     first = done // per_epoch
     for epoch in itertools.count(first):
         plan = epoch_batches(n, batch_size, seed, epoch)
