@@ -86,7 +86,7 @@ MULTI30K = {
         "layer_norm": True,
         "tie_embeddings": True,
         "readout": "bahdanau",
-        "dropout": 0.1,
+        "dropout": 0.2,
     },
     "train": {
         "run_dir": str(RUNS / "multi30k"),
