@@ -27,8 +27,9 @@ the recurrence, whose gradient autograd takes as usual.
 
 `GRU` is `nn.GRU` with the same parameters: it takes this path only when
 training in fp32 on a CPU over more than one step, and PyTorch's own
-otherwise. Sentences of different lengths are handled as packing does: a state stops changing after its sentence's end
-(the backward direction starts at the end), outputs there are zero.
+otherwise. Sentences of different lengths are handled as packing does: a
+state stops changing after its sentence's end (the backward direction
+starts at the end), outputs there are zero.
 
 Legend: B batch, T steps, I input size, D hidden size, L layers.
 """
