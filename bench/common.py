@@ -296,6 +296,17 @@ def shown(path: str | Path) -> str:
     return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
 
 
+def machine_record(prog: str, argv: list[str] | None, **fields: Any) -> dict[str, Any]:
+    """A results JSON's head: the command as typed, the CPU, its flags and the versions; then `fields`."""
+    from lookback.device import cpu_name
+
+    from .__main__ import versions  # bench.__main__ imports this module
+
+    args = argv if argv is not None else sys.argv[1:]
+    head = {"command": f"python -m {prog} " + " ".join(args), "cpu": cpu_name(), "cpu_flags": cpu_flags()}
+    return {**head, "versions": versions(), **fields}
+
+
 def write_json(path: Path, data: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

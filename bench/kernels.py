@@ -27,11 +27,9 @@ from pathlib import Path
 import torch
 
 from lookback.decoding import search
-from lookback.device import cpu_name
 from lookback.model import attention
 
-from .__main__ import versions
-from .common import cpu_flags, median_call_seconds, write_json
+from .common import machine_record, median_call_seconds, write_json
 
 BLOCKS = (16, 32, 64, 128, 256)
 
@@ -85,14 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"threads {threads}, rows {rows}:")
             for name, value in ms.items():
                 print(f"  {name:<40} {value:8.3f} ms")
-    record = {
-        "command": "python -m bench.kernels " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "cpu": cpu_name(),
-        "cpu_flags": cpu_flags(),
-        "versions": versions(),
-        "block_in_use": search.BLOCK,
-        "results": results,
-    }
+    record = machine_record("bench.kernels", argv, block_in_use=search.BLOCK, results=results)
     write_json(args.out, record)
     print(f"wrote {args.out}")
     return 0

@@ -45,10 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from lookback.device import cpu_name
-
-from .__main__ import versions
-from .common import cpu_flags, median_call_seconds, write_json
+from .common import machine_record, median_call_seconds, write_json
 
 
 class Recurrence(torch.autograd.Function):
@@ -202,13 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         speedup = round(min(ms["nn.GRU"]) / min(ms["written out"]), 3)
         results.append({"threads": threads, "ms_per_update": ms, "speedup": speedup})
         print(f"threads {threads}: nn.GRU {ms['nn.GRU']} ms, written out {ms['written out']} ms: {speedup}x")
-    record = {
-        "command": "python -m bench.written_out_gru " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "cpu": cpu_name(),
-        "cpu_flags": cpu_flags(),
-        "versions": versions(),
-        "results": results,
-    }
+    record = machine_record("bench.written_out_gru", argv, results=results)
     write_json(args.out, record)
     print(f"wrote {args.out}")
     return 0
