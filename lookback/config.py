@@ -417,11 +417,40 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+SHIPPED = Path(__file__).parent / "configs"  # the configs that ship in the wheel (package data)
+
+
+def shipped_configs() -> list[str]:
+    """The names of the shipped configs ('quickstart', 'study/reverse', ...), for `lookback configs`."""
+    return sorted(p.relative_to(SHIPPED).with_suffix("").as_posix() for p in SHIPPED.rglob("*.yaml"))
+
+
+def find_config(name: str | Path) -> Path:
+    """A config file by its path, else a shipped config by its name.
+
+    `quickstart`, `quickstart.yaml` and `configs/quickstart.yaml` all name the shipped main job, so
+    the repository's commands work from any directory after a plain `pip install`; a file that
+    exists is always read first.
+    """
+    path = Path(name)
+    if path.is_file():
+        return path
+    stem = path.as_posix().removeprefix("configs/").removesuffix(".yaml")
+    if (SHIPPED / f"{stem}.yaml").is_file():
+        return SHIPPED / f"{stem}.yaml"
+    close = difflib.get_close_matches(stem, shipped_configs(), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    shipped = f"nor a shipped config ({hint}lookback configs lists them)"
+    raise ConfigError(f"{name}: no such config file, {shipped}")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple = ()) -> Config:
-    """Read a YAML config (or start from defaults), apply --set overrides, validate."""
+    """Read a YAML config (a file, or a shipped config by name: find_config), or start from the
+    defaults; apply --set overrides, validate."""
     raw: Any = {}
     source = "config"
     if path is not None:
+        path = find_config(path)
         source = str(path)
         raw = read_yaml(path)
         if raw is None:  # an empty file: all defaults

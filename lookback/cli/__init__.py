@@ -1,6 +1,8 @@
 """The `lookback` command: thin subcommands over the Python API.
 
-    lookback train CONFIG [--set key=value ...] [--resume [--accept-changes]]
+    lookback quickstart [--set key=value ...]   (the main job: train, translate three sentences, test BLEU)
+    lookback configs                             (the shipped configs, each usable by name)
+    lookback train CONFIG [--set key=value ...] [--resume [--accept-changes]]   (a file or a shipped name)
     lookback translate RUN_DIR [RUN_DIR ...] [--beam N] [--nbest K]   (stdin -> stdout; several: an ensemble)
     lookback evaluate RUN_DIR [RUN_DIR ...] [--test SPEC] [--beam N] [--diagnostics]
     lookback average RUN_DIR [--last N]   (then --checkpoint averaged)
@@ -24,8 +26,8 @@ with a score of your own trains, translates, explains and serves this way.
 Every command that loads a model takes the same --checkpoint, --device and
 --precision (and --beam where it searches), and says on stderr where it runs;
 every command that writes a file takes -o/--output. Each command's parser sits
-beside its handler, in the module of its group: train.py (train, average),
-translate.py (translate, evaluate, compare, export), explain.py (attention,
+beside its handler, in the module of its group: quickstart.py (quickstart, configs),
+train.py (train, average), translate.py (translate, evaluate, compare, export), explain.py (attention,
 explain, neighbours, faithfulness, align, takeoff, curves), study.py (study,
 data synth), serve.py; flags.py holds the flags they share.
 Errors that the user can fix, bad flags included, print one line and exit
@@ -46,10 +48,10 @@ from tqdm import tqdm
 
 from ..errors import CheckpointError, ConfigError, DataError, first_line
 from ..training.distributed import is_main
-from . import explain, serve, study, train, translate
+from . import explain, quickstart, serve, study, train, translate
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError)
-GROUPS = (train, translate, study, explain, serve)  # each adds its commands, in this order
+GROUPS = (quickstart, train, translate, study, explain, serve)  # each adds its commands, in this order
 
 
 class TqdmHandler(logging.Handler):

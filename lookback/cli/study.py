@@ -11,7 +11,9 @@ from .flags import add_set, int_range, nonnegative_int
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="train and compare models by source length (the bottleneck study)")
-    p.add_argument("study", help="study YAML file (see configs/study/)")
+    p.add_argument(
+        "study", help="study YAML file, or a shipped one by name: study/reverse (see lookback configs)"
+    )
     p.add_argument("--evaluate-only", action="store_true", help="evaluate the existing run directories")
     p.add_argument("--models", help="comma-separated names: run only these models of the study")
     add_set(p, "override a config value of every model (repeatable)")

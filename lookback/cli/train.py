@@ -12,7 +12,7 @@ from .flags import add_set, positive_int
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model from a YAML config")
-    p.add_argument("config", help="YAML config file (see configs/)")
+    p.add_argument("config", help="YAML config file, or a shipped one by name: quickstart (lookback configs)")
     add_set(p, "override a config value, e.g. --set train.lr=0.0005 (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue the run in train.run_dir from last.pt")
     p.add_argument(

@@ -61,6 +61,7 @@ from ..config import (
     ConfigError,
     at_least,
     build,
+    find_config,
     load_config,
     positive_ints,
     ranged,
@@ -167,7 +168,7 @@ def _as_sets(values: dict[str, Any] | None) -> list[str]:
 def load_study(path: str | Path) -> Study:
     """Read and check a study file and every model config it makes; each problem is one line
     naming the file and the dotted key, all of them at once."""
-    path = Path(path)
+    path = find_config(path)
     raw = read_yaml(path)
     if isinstance(raw, dict) and isinstance(raw.get("tests"), str):
         raw["tests"] = [raw["tests"]]  # one test set may be named alone
