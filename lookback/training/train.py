@@ -35,12 +35,13 @@ from ..data.store import prepare_store
 from ..data.tokenizer import load_tokenizers, train_tokenizers
 from ..decoding.evaluate import score, validation_loss
 from ..decoding.translate import TextTranslator
-from ..device import autocast, describe, resolve_device, resolve_precision, set_threads
+from ..device import autocast, describe, free_memory, resolve_device, resolve_precision, set_threads
 from ..errors import CheckpointError, NonFiniteLoss
 from ..explain.diagnostics import probe
 from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
 from .checkpoint import RunDir, require_tensorboard
+from .fit import check_batch
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals
 from .schedule import LearningRate, parameter_groups
 
@@ -98,6 +99,8 @@ class Trainer:
             del train_text, corpus  # the raw text of the training corpus is not needed again
         self.valid_data = encode_corpus(*valid, self.src_tok, self.tgt_tok, src_eos=d.src_eos)
         t, (rank, world) = cfg.train, (self.ranks.rank, self.ranks.world)
+        # a batch whose step would not fit is refused now, in one line, not by the kernel later
+        check_batch(cfg.model, self.tgt_tok.vocab_size, lengths, t.max_tokens, free_memory(self.device))
         # epoch -> its batches, short pairs only in the first epochs under train.curriculum
         epoch_batches = partial(curriculum_batches, lengths, t.max_tokens, t.seed, t.curriculum)
         self.plan = UpdatePlan(self.train_pairs, epoch_batches, world * t.accumulate, rank, world)
