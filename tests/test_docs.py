@@ -1,0 +1,143 @@
+"""The docs cannot rot unseen: in the README and every page under docs/, bench/, notebooks/ and
+results/, every relative link and its anchor resolves, every file named in backticks exists, and
+every `lookback ...` command line parses with lookback's own parser, naming a config that exists."""
+
+import re
+import shlex
+import unicodedata
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from lookback.cli import build_parser
+from lookback.config import ConfigError, find_config
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted(
+    [ROOT / "README.md"]
+    + [p for folder in ("docs", "bench", "notebooks", "results") for p in (ROOT / folder).rglob("*.md")]
+)
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+CODE = re.compile(r"`([^`\n]+)`")
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
+# a path named in backticks: folders and a file with one of these endings, no placeholder in it
+FILE = re.compile(r"^[\w.\-/#+]+/[\w.\-#+]+\.(yaml|json|jsonl|log|png|svg|py|md|txt|csv|sh|toml|gz)$")
+MADE_BY_RUNS = ("runs/", "studies/", "data/", "/", "~", "model/", "out/")  # what a command writes
+
+
+def rel(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"`|\*\*|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    kept = "".join(c for c in text if c in " -_" or unicodedata.category(c)[0] in "LN")
+    return kept.replace(" ", "-")
+
+
+@cache
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page: its headings' slugs (repeats numbered as GitHub does), and ids."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    seen: dict[str, int] = {}
+    found = set(re.findall(r"<a (?:id|name)=\"([^\"]+)\"", text))
+    for line in text.splitlines():
+        if m := re.match(r"#{1,6} (.+)", line):
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def links(page: Path) -> list[str]:
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+def test_the_pages_are_found():
+    names = {rel(p) for p in PAGES}
+    assert {"README.md", "docs/recipe.md", "bench/README.md", "results/README.md"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_relative_link_and_anchor_resolves(page):
+    broken = []
+    for target in links(page):
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            broken.append(f"{target}: no heading with this anchor in {rel(file)}")
+    assert not broken, f"{rel(page)}:\n" + "\n".join(broken)
+
+
+def named_files(page: Path) -> list[str]:
+    """Repository paths that a page names in backticks (outside code blocks), generated ones aside."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    return [
+        c
+        for c in CODE.findall(text)
+        if FILE.match(c) and not c.startswith(MADE_BY_RUNS) and not re.search(r"[A-Z]{3,}|\{|\*|<", c)
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_file_a_page_names_exists(page):
+    missing = [
+        name for name in named_files(page) if not (ROOT / name).exists() and not (page.parent / name).exists()
+    ]
+    assert not missing, f"{rel(page)} names files that are not there:\n" + "\n".join(missing)
+
+
+def command_lines(page: Path) -> list[str]:
+    """Every `lookback ...` command: in shell code blocks (continued lines joined, comments cut),
+    and in backticks in the prose where it has arguments (`lookback train` alone names a command)."""
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for lang, block in re.findall(r"^```([a-z]*)\n(.*?)^```", text, re.S | re.M):
+        if lang not in ("", "bash", "sh", "shell", "console"):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#\s.*$|\s+[12]?>.*$", "", line).strip().removeprefix("$ ")  # no comment, no >
+            for part in re.split(r"\s*(?:\||&&|;)\s*", line):
+                if part.startswith("lookback "):
+                    found.append(part)
+    prose = FENCE.sub("", text)
+    found += [c for c in CODE.findall(prose) if c.startswith("lookback ") and len(c.split()) >= 3]
+    # not a synopsis (lookback --debug ..., lookback COMMAND --help) nor output (lookback explorer: ...)
+    return [line for line in found if "..." not in line and not re.match(r"\S+ (\S+:|[A-Z]+ )", line)]
+
+
+def parses(parser, line: str) -> bool:
+    """Whether lookback's parser takes the line; [--options] of a synopsis are read as given,
+    and a CAPS placeholder (RUN, N, B) as a value when the line needs one there."""
+    words = shlex.split(re.sub(r"\[(-[^\]]*)\]", r"\1", line))[1:]
+    for attempt in (words, [re.sub(r"^[A-Z][A-Z0-9_]*$", "1", w) for w in words]):
+        try:
+            parser.parse_args(attempt)
+            return True
+        except SystemExit as exit:  # --help exits 0
+            if exit.code == 0:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_every_lookback_command_parses_and_names_a_config_that_exists(page, capsys):
+    parser, wrong = build_parser(), []
+    for line in command_lines(page):
+        if not parses(parser, line):
+            wrong.append(f"{line}: lookback's parser refuses it")
+            continue
+        words = shlex.split(line)
+        if words[1] in ("train", "study") and len(words) > 2 and not re.search(r"[A-Z]{3,}|my_", words[2]):
+            try:
+                find_config(words[2])
+            except ConfigError as exc:
+                wrong.append(f"{line}: {exc}")
+    capsys.readouterr()  # --help's pages
+    assert not wrong, f"{rel(page)}:\n" + "\n".join(wrong)
