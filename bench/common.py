@@ -18,9 +18,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import platform
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -300,8 +302,6 @@ def machine_record(prog: str, argv: list[str] | None, **fields: Any) -> dict[str
     """A results JSON's head: the command as typed, the CPU, its flags and the versions; then `fields`."""
     from lookback.device import cpu_name
 
-    from .__main__ import versions  # bench.__main__ imports this module
-
     args = argv if argv is not None else sys.argv[1:]
     head = {"command": f"python -m {prog} " + " ".join(args), "cpu": cpu_name(), "cpu_flags": cpu_flags()}
     return {**head, "versions": versions(), **fields}
@@ -317,3 +317,44 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def git_commit() -> str | None:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "lookback"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def machine(device: str) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "device": device,
+        "cpu_model": cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_flags": cpu_flags(),  # fp32, bf16 and int8 speeds depend on them
+        "cpu_kernels": cpu_kernels(),  # ... and on the kernels torch picks (ATEN_CPU_CAPABILITY)
+        "platform": platform.platform(),
+        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+    }
+    return info
+
+
+def versions() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    out: dict[str, Any] = {"python": platform.python_version(), "lookback_commit": git_commit()}
+    for name in ("torch", "sacrebleu", "sentencepiece", "onnxruntime"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:  # onnxruntime is an extra
+            out[name] = None
+    return out

@@ -1,8 +1,8 @@
 """Plot time to quality: validation BLEU against training minutes, from bench result files.
 
-    python -m bench.curves bench/results/RESULT.json [MORE.json ...] -o docs/time_to_quality.png
-    python -m bench.curves before=A.json after=B.json -o docs/plot.png   # names in the legend
-    python -m bench.curves A.json B.json --systems recipe --ylim 45 58 -o docs/zoom.png
+    python -m bench curves bench/results/RESULT.json [MORE.json ...] -o docs/time_to_quality.png
+    python -m bench curves before=A.json after=B.json -o docs/plot.png   # names in the legend
+    python -m bench curves A.json B.json --systems recipe --ylim 45 58 -o docs/zoom.png
 
 One line per system and result file (its configuration in the label, after the
 file's name if one is given), with the CPU or GPU of the run in the title; a
@@ -13,7 +13,6 @@ is drawn once. The figures themselves are in the JSON.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .common import read_json
@@ -50,8 +49,10 @@ def lines(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.curves", description=__doc__.splitlines()[0])
-    ap.add_argument("results", nargs="+", help="result JSON files written by python -m bench (or NAME=FILE)")
+    ap = argparse.ArgumentParser(prog="python -m bench curves", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "results", nargs="+", help="result JSON files written by python -m bench headline (or NAME=FILE)"
+    )
     ap.add_argument("-o", "--output", required=True, help="the plot (.png or .svg)")
     ap.add_argument("--systems", nargs="+", metavar="SYSTEM", help="draw only these (joey, lookback, recipe)")
     ap.add_argument("--ylim", nargs=2, type=float, metavar=("LOW", "HIGH"), help="the BLEU range shown")
@@ -80,7 +81,3 @@ def main(argv: list[str] | None = None) -> int:
     fig.savefig(args.output, dpi=120)
     print(f"wrote {args.output}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,13 +1,13 @@
-"""python -m bench.decoding RUN: fast CPU decoding against Joey NMT, on one bench run's weights.
+"""python -m bench decoding RUN: fast CPU decoding against Joey NMT, on one bench run's weights.
 
-    python -m bench.decoding ~/.cache/lookback/bench/runs/STAMP/feed [--threads 1 2]
-    python -m bench.decoding JOEY_RUN/feed --lookback-run LOOKBACK_RUN/feed
-    python -m bench.decoding RUN/feed --system recipe --joey-system joey_best   # each tool's recipe
+    python -m bench decoding ~/.cache/lookback/bench/runs/STAMP/feed [--threads 1 2]
+    python -m bench decoding JOEY_RUN/feed --lookback-run LOOKBACK_RUN/feed
+    python -m bench decoding RUN/feed --system recipe --joey-system joey_best   # each tool's recipe
 
-RUN is a configuration folder of a full `python -m bench` run: it holds
+RUN is a configuration folder of a full `python -m bench headline` run: it holds
 both systems' weights after the same training budget. With --lookback-run,
 lookback's weights come from another run's folder: when Joey NMT needs a
-longer budget (`python -m bench --only joey`) before its outputs have a
+longer budget (`python -m bench headline --only joey`) before its outputs have a
 sane length. Translating needs no training, so this measures decoding
 alone, again, in one run: for each
 thread count, Joey NMT, then lookback on each backend (PyTorch, ONNX
@@ -36,8 +36,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .__main__ import JOEY_VENV, RESULTS, machine, run_child, versions
-from .common import read_json, read_lines, write_json
+from .common import machine, read_json, read_lines, versions, write_json
+from .processes import JOEY_VENV, RESULTS, run_child
 
 # (backend, quantize, the n best tokens picked in the ONNX graph); the last two rows are the
 # ablation of that choice: the same graphs, the tokens picked from their logits in PyTorch
@@ -52,7 +52,7 @@ COMBOS = [
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.decoding", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench decoding", description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a configuration folder of a full bench run (spec.json, weights)")
     ap.add_argument(
         "--markdown", action="store_true", help="RUN is a result JSON: print its table as Markdown"
@@ -245,7 +245,3 @@ def markdown(record: dict[str, Any]) -> str:
         ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
-"""python -m bench.gpu_check: lookback on an NVIDIA GPU, checked in one command, in under 8 minutes.
+"""python -m bench gpu-check: lookback on an NVIDIA GPU, checked in one command, in under 8 minutes.
 
-    python -m bench.gpu_check                       # writes bench/results/<date>_<time>_gpu_check.json
-    python -m bench.gpu_check --plan                # prints the steps' commands; runs nothing
-    python -m bench.gpu_check --steps train bench --updates 200 -o OUT.json
+    python -m bench gpu-check                       # writes bench/results/<date>_<time>_gpu_check.json
+    python -m bench gpu-check --plan                # prints the steps' commands; runs nothing
+    python -m bench gpu-check --steps train bench --updates 200 -o OUT.json
 
 Three steps, each a child process with its own time limit (a step that fails or runs out of
 time is recorded with the end of its log, and the next one runs; each step's whole log is kept
@@ -14,7 +14,7 @@ beside the JSON, as `<json stem>_<step>.log`):
 2. **train** (1.5 minutes): the README's main job (`configs/quickstart.yaml`) for `--updates`
    updates on the GPU in bf16 (cuDNN's GRU; `torch.backends.cudnn`'s version is recorded), then
    its validation BLEU; target tokens/s from its log.
-3. **bench** (3 minutes): `python -m bench --device cuda --quick --configs feed`: lookback and Joey
+3. **bench** (3 minutes): `python -m bench headline --device cuda --quick --configs feed`: lookback and Joey
    NMT on the same batches, on this GPU (Joey's environment comes from
    `bench/peers/setup_joey.sh`, which needs the network once; without it Joey's figures are
    recorded as missed, with the reason).
@@ -156,7 +156,7 @@ def gpu() -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench gpu-check", description=__doc__.split("\n")[0])
     ap.add_argument(
         "-o", "--output", type=Path, help="results JSON (default: bench/results/STAMP_gpu_check.json)"
     )
@@ -207,7 +207,3 @@ def main(argv: list[str] | None = None) -> int:
             write_json(output, result)  # after every step: a check cut short keeps what it has
     print(f"gpu_check: wrote {shown(output)}", file=sys.stderr)
     return 0 if all(s["status"] == "passed" for s in result["steps"].values()) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,12 +1,12 @@
-"""python -m bench.joey_search: Joey NMT's own recipe searched for its best, on validation BLEU only.
+"""python -m bench joey-search: Joey NMT's own recipe searched for its best, on validation BLEU only.
 
-    python -m bench.joey_search --plan                 # the points and their commands; runs nothing
-    python -m bench.joey_search                        # runs every point not yet done, then the table
-    python -m bench.joey_search --points peer,iwslt    # some points (each 30 minutes by default)
-    python -m bench.joey_search --table                # the table of the points done so far
+    python -m bench joey-search --plan                 # the points and their commands; runs nothing
+    python -m bench joey-search                        # runs every point not yet done, then the table
+    python -m bench joey-search --points peer,iwslt    # some points (each 30 minutes by default)
+    python -m bench joey-search --table                # the table of the points done so far
 
 Issue 39 asks for Joey at its best: its learning rate, schedule and batch size, searched as
-lookback's recipe was. Each point is one `python -m bench --only joey_best` run (Joey alone on
+lookback's recipe was. Each point is one `python -m bench headline --only joey_best` run (Joey alone on
 the machine, the same data, tokenizer, model and clock as the headline bench) with its results
 in `bench/results/joey_search/POINT/`; a point whose results are there is not run again, so the
 search can stop and go on in a later session. The choice reads the validation BLEU of the
@@ -146,7 +146,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.joey_search", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench joey-search", description=__doc__.split("\n")[0])
     ap.add_argument("--points", help=f"comma-separated, of {', '.join(POINTS)} (default: all)")
     ap.add_argument(
         "--budget-minutes", type=float, default=30.0, help="training minutes a point (default 30)"
@@ -192,7 +192,3 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"joey_search: no result from {', '.join(failed)} (see its output above)", file=sys.stderr)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """A bounded load test of the web explorer, on loopback only.
 
-    python -m bench.loadtest runs/multi30k_en_fr_additive             # 2,000 requests, 16 clients
-    python -m bench.loadtest RUN_DIR --requests 500 --clients 4 --json out.json
+    python -m bench loadtest runs/multi30k_en_fr_additive             # 2,000 requests, 16 clients
+    python -m bench loadtest RUN_DIR --requests 500 --clients 4 --json out.json
 
 It starts `lookback serve RUN_DIR` on 127.0.0.1 (a free port, one torch
 thread unless --threads says otherwise), sends a fixed number of requests
@@ -241,7 +241,7 @@ def still_answers(port: int, model: str, sentence: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.loadtest", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench loadtest", description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", help="run directory of the model to serve")
     ap.add_argument("--requests", type=int, default=2000, help="requests in all (default 2000)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         "cores": os.cpu_count(),
         "load_average_after": os.getloadavg(),
         "python": platform.python_version(),
-        "command": "python -m bench.loadtest " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench loadtest " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     for line in result.errors[:10]:
         print(f"error: {line}", file=sys.stderr)
@@ -284,7 +284,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0 if not result.errors and healthy else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ validations on both sides. `translate` loads that run with
 `Translator.load` and translates the test set, greedy and beam 5.
 The result file is written even when the measurement fails (with "error").
 
-The same script measures the "recipe" system (`python -m bench --recipe`)
+The same script measures the "recipe" system (`python -m bench headline --recipe`)
 when the spec names it: there the trainer keeps its own batches (max_tokens,
 length bucketing) and its learning-rate schedule (warm-up, then the
 schedule, with plateau stepped at the bench's validations), as `lookback

@@ -1,6 +1,6 @@
-"""python -m bench.machine: how much of the CPU lookback's training and decoding use, and where the rest goes.
+"""python -m bench machine: how much of the CPU lookback's training and decoding use, and where the rest goes.
 
-    python -m bench.machine -o bench/results/machine.json [--config configs/quickstart.yaml]
+    python -m bench machine -o bench/results/machine.json [--config configs/quickstart.yaml]
         [--run runs/quickstart] [--updates 30] [--sentences 200] [--threads 2]
 
 1. **The machine's limit.** torch's fp32 matrix product (`torch.mm`) on square matrices of 512,
@@ -267,7 +267,7 @@ def fraction(achieved: float, peak: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.machine", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench machine", description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", type=Path, required=True, help="results JSON")
     ap.add_argument("--config", default=CONFIG, help=f"the training config (default {CONFIG})")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -345,7 +345,3 @@ def decode(args, peak: dict[str, Any], say) -> dict[str, Any]:
             f"{r['fraction_of_fp32_peak']:.1%} of the fp32 peak"
         )
     return out
-
-
-if __name__ == "__main__":
-    sys.exit(main())

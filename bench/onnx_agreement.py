@@ -1,6 +1,6 @@
-"""python -m bench.onnx_agreement MODEL: does ONNX Runtime translate as PyTorch does, on a real test set?
+"""python -m bench onnx-agreement MODEL: does ONNX Runtime translate as PyTorch does, on a real test set?
 
-    python -m bench.onnx_agreement ~/.cache/lookback/bench/runs/STAMP/feed/lookback.export \\
+    python -m bench onnx-agreement ~/.cache/lookback/bench/runs/STAMP/feed/lookback.export \\
         --test multi30k:test_2016_flickr -o bench/results/onnx_agreement.json
 
 MODEL is a run directory or an export (with --onnx graphs, else they are
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 from pathlib import Path
 
 import torch
@@ -58,7 +57,7 @@ def int8_graphs(model: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.onnx_agreement", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench onnx-agreement", description=__doc__.split("\n")[0])
     ap.add_argument("model", help="run directory or export")
     ap.add_argument("--test", default="multi30k:test_2016_flickr", help="corpus spec")
     ap.add_argument("--checkpoint", default="best", help="of a run directory (best, last)")
@@ -99,7 +98,3 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"written: {args.output}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""python -m bench.output_layer: the output layer W_o alone, in fp32 and int8, on PyTorch and ONNX Runtime.
+"""python -m bench output-layer: the output layer W_o alone, in fp32 and int8, on PyTorch and ONNX Runtime.
 
-    python -m bench.output_layer -o bench/results/output_layer.json [--rows 320] [--threads 1 2]
+    python -m bench output-layer -o bench/results/output_layer.json [--rows 320] [--threads 1 2]
 
 In beam search the output layer, logits = W_o ~s_t with W_o of D x V
 (256 x 8,000 in the bench), is most of each step's arithmetic: rows x D x V
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 import warnings
@@ -40,7 +39,7 @@ def timed(run, repeats: int = 30) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.output_layer", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench output-layer", description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=320, help="rows: 64 sentences x beam 5 (default)")
     ap.add_argument("--size", type=int, default=256, help="D, the attentional vector's size")
     ap.add_argument("--vocab", type=int, default=8000, help="V")
@@ -87,7 +86,3 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"written: {args.output}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 must change shape, not results.
 
     git worktree add /tmp/before <rev>
-    python -m bench.same_translations RUN_DIR SOURCES --before /tmp/before [--after .] [--beams 1,5]
+    python -m bench same-translations RUN_DIR SOURCES --before /tmp/before [--after .] [--beams 1,5]
 
 Each version, in its own process (its folder first on PYTHONPATH), loads RUN_DIR's best
 checkpoint and translates SOURCES (one sentence per line, plain or .gz), greedy and with
@@ -56,7 +56,7 @@ def dump(code: Path, run_dir: str, sources: str, beams: str, out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m bench.same_translations", description=__doc__.splitlines()[0]
+        prog="python -m bench same-translations", description=__doc__.splitlines()[0]
     )
     ap.add_argument("run_dir", help="a trained run directory")
     ap.add_argument("sources", help="source sentences, one per line (plain or .gz)")
@@ -78,7 +78,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"beam {beam}: best tokens identical {best}/{n}; every hypothesis identical {whole}/{n}")
         same &= whole == n
     return 0 if same else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Score a bench run's test translations as lookback's `evaluate` does: sacreBLEU, chrF and the
 Multi30k protocol (lookback/decoding/evaluate.py), for every system and beam, from the hypothesis files.
 
-    python -m bench.scores WORK_DIR/runs/STAMP/CONFIG [--json OUT.json]
+    python -m bench scores WORK_DIR/runs/STAMP/CONFIG [--json OUT.json]
 
 The bench itself records sacreBLEU with default settings (bench/common.py), the one score both
 systems' environments can compute; this adds the scores that compare with the literature.
@@ -10,7 +10,6 @@ systems' environments can compute; this adds the scores that compare with the li
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from . import settings
@@ -33,7 +32,7 @@ def scores(run_dir: Path) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.scores", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench scores", description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path, help="one configuration's folder of a bench run (holds spec.json)")
     ap.add_argument("--json", type=Path, help="also write the scores here")
     args = ap.parse_args(argv)
@@ -46,7 +45,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:  # each system's scores, and the machine that scored them
         write_json(args.json, {**result, "machine": {"cpu": cpu_model(), "cpu_flags": cpu_flags()}})
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -44,7 +44,7 @@ TRAIN = {
 DECODE = {"batch_size": 64, "beams": [1, 5], "length_penalty": 1.0}
 
 # Joey NMT's training recipes. "same": the like-for-like system "joey", lookback's optimiser
-# setting (Adam 1e-3, constant) and the same batches. `python -m bench --joey-best NAME
+# setting (Adam 1e-3, constant) and the same batches. `python -m bench headline --joey-best NAME
 # [--joey-set KEY=VALUE]` adds the system "joey_best", Joey trained by the recipe NAME:
 # "peer", the peer file's run (../shared/peers/joeynmt.md): Adam 1e-3, 80 sentences, Joey's
 # plateau scheduler with its defaults (factor 0.1, patience 10); "iwslt", Joey's own recurrent
@@ -140,11 +140,13 @@ VALID_SET = "val"  # all 1,014 pairs: the time-to-quality curve
 QUALITY_LEVELS = (20.0, 40.0, 50.0)  # validation BLEU levels whose training minutes are reported
 
 
-# `python -m bench --recipe [CONFIG]` adds a third system, "recipe": lookback trained as its own
+# `python -m bench headline --recipe [CONFIG]` adds a third system, "recipe": lookback trained as its own
 # config file says (model, learning rate and schedule, batches of max_tokens with length
 # bucketing), on the same data, tokenizer and clock, against the same Joey run.
 RECIPE_SYSTEM = "recipe"
-JOEY_BEST = "joey_best"  # python -m bench --joey-best RECIPE: Joey with its own recipe, a fourth system
+JOEY_BEST = (
+    "joey_best"  # python -m bench headline --joey-best RECIPE: Joey with its own recipe, a fourth system
+)
 RECIPE_DEFAULT = Path(__file__).resolve().parent.parent / "configs" / "multi30k_en_fr_additive.yaml"
 # what the recipe takes from train: (run_dir, limits, validation and precision stay the bench's)
 RECIPE_TRAIN_KEYS = (

@@ -1,6 +1,6 @@
 """Where do outputs end? Greedy against beam search, and runs against runs (issue 13).
 
-    python -m bench.stopping RUN_DIR [RUN_DIR ...] --tests multi30k:val concat:4:multi30k:val \
+    python -m bench stopping RUN_DIR [RUN_DIR ...] --tests multi30k:val concat:4:multi30k:val \
         [--beams 1,5] [--json OUT.json]
 
 Each run's best checkpoint translates each test set at each beam size. Per (run, test, beam):
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import torch
 
@@ -58,7 +57,7 @@ def measure(t: Translator, src: list[str], ref: list[str], beam: int, greedy: li
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.stopping", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench stopping", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="trained run directories")
     ap.add_argument("--tests", nargs="+", required=True, help="corpus specs, e.g. concat:4:multi30k:val")
     ap.add_argument("--beams", default="1,5", help="beam sizes, greedy (1) first (default 1,5)")
@@ -92,7 +91,3 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

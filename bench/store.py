@@ -1,4 +1,4 @@
-"""python -m bench.store: training memory and speed from an on-disk token store (data.store).
+"""python -m bench store: training memory and speed from an on-disk token store (data.store).
 
 Three measurements, each in a fresh process so that its peak memory is its own:
 
@@ -12,9 +12,9 @@ Three measurements, each in a fresh process so that its peak memory is its own:
 
 Writes bench/results/store.json with the CPU named:
 
-    python -m bench.store [--pairs 5000000] [--steps 200] [--repeats 3] [--out bench/results/store.json]
-    python -m bench.store --pairs 0 --repeats 4     # the Multi30k comparison only
-    python -m bench.store --profile --out bench/results/store_profile.json
+    python -m bench store [--pairs 5000000] [--steps 200] [--repeats 3] [--out bench/results/store.json]
+    python -m bench store --pairs 0 --repeats 4     # the Multi30k comparison only
+    python -m bench store --profile --out bench/results/store_profile.json
 
 --profile trains on Multi30k once a side, in this process, under cProfile, and
 reports where the store could cost time: the seconds spent making batches (the
@@ -60,7 +60,7 @@ def train_once(config: dict, folder: Path) -> dict:
     path.write_text(json.dumps(config), encoding="utf-8")
     code = (
         "import json, sys, logging; logging.basicConfig(level=logging.INFO);"
-        "from lookback.config import from_dict; from lookback.train import train;"
+        "from lookback.config import from_dict; from lookback.training.train import train;"
         f"train(from_dict(json.load(open({str(path)!r}))));"
         "import resource; r = resource.getrusage(resource.RUSAGE_SELF);"
         "print('PEAK_KIB', r.ru_maxrss, 'MINFLT', r.ru_minflt)"
@@ -141,14 +141,14 @@ def profile_sides(steps: int, folder: Path, store_first: bool = False) -> dict:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench store", description=__doc__.split("\n")[0])
     p.add_argument("--pairs", type=int, default=5_000_000)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3, help="Multi30k runs per side, in alternating order")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "store.json"))
     p.add_argument("--profile", action="store_true", help="where the time goes, one run a side (above)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     results = {
         "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
@@ -197,7 +197,3 @@ def main() -> None:
         print("store / memory tokens/s, medians:", results["multi30k_store_vs_memory"], flush=True)
     write_json(Path(args.out), results)
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

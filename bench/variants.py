@@ -1,6 +1,6 @@
-"""python -m bench.variants: training speed of the attention variants, on this CPU, as ratios to additive.
+"""python -m bench variants: training speed of the attention variants, on this CPU, as ratios to additive.
 
-    python -m bench.variants -o bench/results/variants.json [--updates 20] [--rounds 3] [--threads 2]
+    python -m bench variants -o bench/results/variants.json [--updates 20] [--rounds 3] [--threads 2]
 
 Every variant is the shipped additive config (configs/multi30k_en_fr_additive.yaml) with a few
 keys changed, and trains on the same Multi30k batches (1,000 target tokens, the config's
@@ -33,8 +33,7 @@ from lookback.device import cpu_name
 from lookback.model.seq2seq import LossTerms, build_model
 from lookback.training.schedule import parameter_groups
 
-from .__main__ import versions
-from .common import cpu_flags, write_json
+from .common import cpu_flags, versions, write_json
 
 CONFIG = "configs/multi30k_en_fr_additive.yaml"
 SAMPLING = ["train.teacher_forcing=0.75"]  # the floor of the study's decay: eps = 0.75 throughout
@@ -52,7 +51,7 @@ VARIANTS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.variants", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench variants", description=__doc__.split("\n")[0])
     parser.add_argument("-o", "--output", required=True, help="results JSON")
     parser.add_argument("--updates", type=int, default=20, help="timed updates per variant and round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over all variants")
@@ -114,7 +113,3 @@ def main(argv: list[str] | None = None) -> None:
     write_json(Path(args.output), result)
     for name, v in result["variants"].items():
         print(f"{name:>20}: {v['tokens_per_s']:>6,} target tokens/s, {v['ratio_to_additive']:.2f} x additive")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 
     bench/.venv-joey/bin/python bench/peers/joey.py train|translate SPEC.json RESULT.json
 
-The harness (python -m bench) calls this with the same SPEC it gives
+The harness (python -m bench headline) calls this with the same SPEC it gives
 lookback's side (bench/lookback_run.py), and it measures the same figures
 with Joey's own code: `prepare` (data, vocabulary, `build_model`),
 `TrainManager._train_step` plus the clip / step / zero_grad that

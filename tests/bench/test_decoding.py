@@ -1,4 +1,4 @@
-"""bench.decoding inside the headline run (issue 39): `python -m bench --decoding` decodes with
+"""bench.decoding inside the headline run (issue 39): `python -m bench headline --decoding` decodes with
 each tool's weights at its own recipe (recipe against joey_best) and keeps the figures in the
 run's JSON; the ratios are taken against whichever Joey system decoded. No Joey, no training."""
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench import decoding as decoding_bench
-from bench.__main__ import decoding, parse_args
+from bench.headline import decoding, parse_args
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench import settings
-from bench.__main__ import parse_args
+from bench.headline import parse_args
 from bench.peers.joey import joey_config, plateau
 
 

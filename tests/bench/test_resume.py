@@ -1,4 +1,4 @@
-"""A bench run killed mid-training goes on with `python -m bench ... --resume RUN_DIR` (issue 39:
+"""A bench run killed mid-training goes on with `python -m bench headline ... --resume RUN_DIR` (issue 39:
 Joey's best recipe needs about 4 hours of an AVX2-only CPU, longer than a session): the batch
 plan from a checkpoint on, Joey's checkpoint of weights, optimiser, scheduler and random
 generators, and the command line's checks. Joey itself is not needed: a torch model stands in
@@ -12,10 +12,11 @@ import types
 import pytest
 import torch
 
-import bench.__main__ as bench_main
-from bench.__main__ import finished, keep_earlier_log, parse_args, write_spec
+import bench.headline as bench_main
 from bench.common import epoch_batches, epochs_after, read_json, write_json
+from bench.headline import finished, parse_args, write_spec
 from bench.peers.joey import _load_checkpoint, _save_checkpoint
+from bench.processes import keep_earlier_log
 
 from .test_timing import offline_bench
 

@@ -123,8 +123,8 @@ def test_without_validation_the_loop_is_as_before(clock):
 
 
 def test_time_to_quality_levels_and_joeys_final_score_with_ratios(tmp_path):
-    from bench.__main__ import figures_and_ratios
     from bench.curves import main as plot
+    from bench.headline import figures_and_ratios
 
     def system(points):
         curve = [{"seconds": s, "steps": 1, "bleu": b, "validate_seconds": 1.0} for s, b in points]
@@ -185,7 +185,7 @@ def test_curves_draw_only_the_named_systems_and_say_when_none_is_there(tmp_path,
 
 
 def test_the_recipe_system_has_its_own_ratios_to_joey():
-    from bench.__main__ import figures_and_ratios
+    from bench.headline import figures_and_ratios
 
     def system(points):
         curve = [{"seconds": s, "steps": 1, "bleu": b, "validate_seconds": 1.0} for s, b in points]
@@ -279,7 +279,7 @@ def offline_bench(bench_main, tmp_path, monkeypatch) -> None:
 
 def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monkeypatch):
     """`--only joey --recipe --recipe-budget-minutes`: Joey to its plateau, the recipe for a third."""
-    import bench.__main__ as bench_main
+    import bench.headline as bench_main
 
     offline_bench(bench_main, tmp_path, monkeypatch)
     runs = []
@@ -318,7 +318,7 @@ def test_the_recipe_trains_for_its_own_budget_against_joey_alone(tmp_path, monke
 
 def test_joey_can_come_from_an_earlier_run_on_this_machine(tmp_path, monkeypatch):
     """--joey-from: Joey's results and test translations are read, not trained again."""
-    import bench.__main__ as bench_main
+    import bench.headline as bench_main
 
     earlier = tmp_path / "earlier"
     earlier.mkdir()
@@ -344,7 +344,7 @@ def test_joey_can_come_from_an_earlier_run_on_this_machine(tmp_path, monkeypatch
 
 def test_joey_can_come_from_a_committed_results_file(tmp_path):
     """--joey-from bench/results/....json: a machine without Joey's run folder still compares."""
-    import bench.__main__ as bench_main
+    import bench.headline as bench_main
 
     joey = {"train": {"system": "joey", "task": "train", "figures": {"steps": 7161}}}
     results = tmp_path / "2026-11-25_035736_cpu_feed.json"
@@ -366,7 +366,7 @@ def test_joey_can_come_from_a_committed_results_file(tmp_path):
 
 def test_joey_at_its_best_is_a_fourth_system_with_its_recipe_and_budget(tmp_path, monkeypatch):
     """--joey-best: Joey like for like and Joey by its own recipe, in the same run, each its spec."""
-    import bench.__main__ as bench_main
+    import bench.headline as bench_main
 
     offline_bench(bench_main, tmp_path, monkeypatch)
     monkeypatch.setattr(bench_main, "gemm_peak", lambda device: {"fp32_peak_gflops": 100.0})
@@ -392,7 +392,7 @@ def test_joey_at_its_best_is_a_fourth_system_with_its_recipe_and_budget(tmp_path
 
 
 def test_each_systems_flops_per_token_give_its_share_of_the_cpus_peak():
-    from bench.__main__ import figures_and_ratios
+    from bench.headline import figures_and_ratios
 
     def system(tokens_per_s, flops_per_token, points):
         curve = [{"seconds": s, "steps": 1, "bleu": b, "validate_seconds": 1.0} for s, b in points]

@@ -1,4 +1,4 @@
-"""python -m bench.headline (issue 39): the README's result table from one bench invocation,
+"""python -m bench table (issue 39): the README's result table from one bench invocation,
 like for like and each tool at its own recipe, with ratios checked by hand; a run that reused
 Joey's figures from another day is refused."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from bench import headline
+from bench import table
 
 
 def record(**settings) -> dict:
@@ -54,7 +54,7 @@ def record(**settings) -> dict:
 
 
 def test_the_table_holds_both_blocks_with_their_ratios():
-    text = headline.markdown(record())
+    text = table.markdown(record())
     assert "| training, target tokens/s | 4,000 | 2,000 | 2.00x |" in text
     assert "| training, share of the fp32 GEMM peak | 50% | 40% | 1.25x |" in text
     assert "| training, peak RSS (GB) | 1.50 | 2.00 | 0.75x |" in text
@@ -78,15 +78,15 @@ def test_a_missing_figure_prints_as_a_dash_and_its_ratio_too():
     r = record()
     r["figures"]["training, target tokens/s"]["joey"] = None
     del r["decoding"]
-    text = headline.markdown(r)
+    text = table.markdown(r)
     assert "| training, target tokens/s | 4,000 | - | - |" in text and "decoding" not in text
 
 
 def test_a_run_that_reused_joeys_figures_is_refused_in_one_line(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(record(joey_from="bench/results/old.json")))
-    assert headline.main([str(path)]) == 1
+    assert table.main([str(path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Joey's figures come from bench/results/old.json, not this run" in err
     path.write_text(json.dumps(record()))
-    assert headline.main([str(path)]) == 0 and "| training, target tokens/s |" in capsys.readouterr().out
+    assert table.main([str(path)]) == 0 and "| training, target tokens/s |" in capsys.readouterr().out
