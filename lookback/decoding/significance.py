@@ -129,6 +129,13 @@ def compare_runs(
 ) -> dict:
     """Models, each trained with one or more seeds, compared as a study states it (lookback study).
 
+    Every seed takes part. Two models with seeds each are tested seed against seed (the first
+    against the first, ...); a model with one seed against every seed of the other; the larger
+    p-value of all those tests, and of both tests, decides. What training alone moves a score
+    by is the larger of the two models' seed ranges, and for a model of one seed, whose own range
+    is not known, the largest range of any model with seeds in the study (not the reference's
+    alone: one model's seeds can move it much more than another's).
+
     Args:
         refs: the references of the test set.
         outputs: run name -> its outputs; runs 'M', 'M#2', 'M#3' are model M's seeds.
@@ -138,10 +145,11 @@ def compare_runs(
 
     Returns:
         models: model -> label -> BLEU over its seeds (seeds, mean, min, max, range);
-        pairs: one row per model, model tested against, and label: the first seeds' BLEU, their
-        paired tests' p-values, the difference of the means over seeds, the larger of the two
-        seed ranges, and the verdict: 'better' or 'worse' where `is_difference` says so with the
-        larger p-value of the two tests, else 'no difference'.
+        pairs: one row per model, model tested against, and label: the first seeds' BLEU, the
+        largest p-value of each test over the seed pairings (and how many), the difference of
+        the means over seeds, the spread it must exceed, and the verdict: 'better' or 'worse'
+        where `is_difference` says so with the larger p-value of the two tests, else
+        'no difference'.
     """
     groups = {"all": list(range(len(refs))), **(groups or {})}
     runs: dict[str, list[str]] = {}
@@ -154,31 +162,52 @@ def compare_runs(
             picked = [refs[i] for i in idx]
             scores = [sacrebleu.corpus_bleu([outputs[n][i] for i in idx], [picked]).score for n in names]
             models[model][label] = _spread(scores)
+    seeded = {label: [models[m][label]["range"] for m in runs if len(runs[m]) > 1] for label in groups}
     pairs = []
     for model, others in against.items():
         for other in others:
             if other == model:
                 continue
             for label, idx in groups.items():
-                a, b = ([outputs[runs[m][0]][i] for i in idx] for m in (other, model))
-                r = paired_test(a, b, [refs[i] for i in idx], (other, model), **test)
+                pick, names = [refs[i] for i in idx], (other, model)
+                seen = {run: [outputs[run][i] for i in idx] for run in (*runs[other], *runs[model])}
+                tests = [
+                    paired_test(seen[o], seen[m], pick, names, **test)
+                    for o, m in seed_pairings(runs[other], runs[model])
+                ]
+                p_bs = max(r["p"]["bs"]["bleu"] for r in tests)
+                p_ar = max(r["p"]["ar"]["bleu"] for r in tests)
                 mine, theirs = models[model][label], models[other][label]
-                d, spread = mine["mean"] - theirs["mean"], max(mine["range"], theirs["range"])
-                p = max(r["p"]["bs"]["bleu"], r["p"]["ar"]["bleu"])
-                verdict = ("better" if d > 0 else "worse") if is_difference(p, d, spread) else "no difference"
+                unknown = max(seeded[label], default=0.0)  # a one-seed model's own range
+                spread = max(
+                    mine["range"] if mine["seeds"] > 1 else unknown,
+                    theirs["range"] if theirs["seeds"] > 1 else unknown,
+                )
+                d = mine["mean"] - theirs["mean"]
+                differs = is_difference(max(p_bs, p_ar), d, spread)
+                verdict = ("better" if d > 0 else "worse") if differs else "no difference"
                 pairs.append(
                     {
                         "model": model,
                         "against": other,
                         "bucket": label,
                         "sentences": len(idx),
-                        "bleu": r["systems"][model]["bleu"],
-                        "against_bleu": r["systems"][other]["bleu"],
-                        "p_bootstrap": r["p"]["bs"]["bleu"],
-                        "p_randomisation": r["p"]["ar"]["bleu"],
+                        "bleu": tests[0]["systems"][model]["bleu"],
+                        "against_bleu": tests[0]["systems"][other]["bleu"],
+                        "pairings": len(tests),
+                        "p_bootstrap": p_bs,
+                        "p_randomisation": p_ar,
                         "mean_difference": d,
                         "seed_range": spread,
                         "verdict": verdict,
                     }
                 )
     return {"models": models, "pairs": pairs}
+
+
+def seed_pairings(a: list[str], b: list[str]) -> list[tuple[str, str]]:
+    """The runs tested against each other: seed by seed where both have seeds, else the one run
+    against every run of the other."""
+    if len(a) > 1 and len(b) > 1:
+        return list(zip(a, b, strict=False))
+    return [(x, y) for x in a for y in b]

@@ -701,9 +701,11 @@ def _write_significance(out: Path, spec: str, beam: int, result: dict) -> list[s
         _markdown(seeds, f"BLEU over each model's seeds ({what}; all sentences, then by source length)"),
         _markdown(
             pairs,
-            "Paired tests on the first seeds' outputs (sacreBLEU: bootstrap, approximate randomisation); "
-            "a difference is 'better' or 'worse' only where both p < 0.05 and the difference of the "
-            "means exceeds both models' seed ranges",
+            "Paired tests (sacreBLEU: bootstrap, approximate randomisation) of every seed: seed "
+            "against seed, or a one-seed model against each seed of the other (`pairings`), the "
+            "largest p of each test kept; a difference is 'better' or 'worse' only where both p < 0.05 "
+            "and the difference of the means exceeds `seed_range`: the larger of the two models' seed "
+            "ranges, a one-seed model's taken as the largest range of any model with seeds",
         ),
     ]
 

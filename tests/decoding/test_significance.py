@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from lookback.cli import main
-from lookback.decoding.significance import is_difference, paired_test
+from lookback.decoding.significance import compare_runs, is_difference, paired_test, seed_pairings
 
 REFS = [
     "a dog runs in the snow .",
@@ -124,3 +124,25 @@ def test_compare_says_in_one_line_what_does_not_match(tmp_path, capsys):
     assert "60 outputs of" in capsys.readouterr().err
     assert main(["compare", pa, pb, "--ref", str(tmp_path / "missing.txt")]) == 2
     assert "missing.txt: no such file" in capsys.readouterr().err
+
+
+def test_every_seed_is_tested_and_a_one_seed_model_meets_the_widest_seed_range():
+    a, b, refs = _systems()  # b is a clear gain over a
+    worse = ["a ." for _ in a]  # far worse: the seed that moves "wide" most
+    outputs = {"ref": a, "ref#2": a, "ref#3": b, "one": b, "wide": a, "wide#2": worse}
+    one_against_three = seed_pairings(["ref", "ref#2", "ref#3"], ["one"])
+    assert one_against_three == [("ref", "one"), ("ref#2", "one"), ("ref#3", "one")]
+    assert seed_pairings(["a", "a#2"], ["b", "b#2", "b#3"]) == [("a", "b"), ("a#2", "b#2")]
+    test = {"bs_samples": 200, "ar_trials": 200}
+    result = compare_runs(refs, outputs, {"one": ["ref"], "wide": ["ref"]}, **test)
+    ranges = {m: result["models"][m]["all"]["range"] for m in ("ref", "one", "wide")}
+    assert ranges["one"] == 0 and ranges["wide"] > ranges["ref"] > 0
+    (one,) = [p for p in result["pairs"] if p["model"] == "one"]
+    each = [
+        paired_test(outputs[r], b, refs, ("ref", "one"), **test)["p"]["bs"]["bleu"] for r in ("ref", "ref#3")
+    ]
+    assert one["pairings"] == 3 and one["p_bootstrap"] == max(each)  # the largest p of every pairing
+    assert one["seed_range"] == ranges["wide"]  # not ref's range alone: one's own is not known
+    assert one["mean_difference"] < one["seed_range"] and one["verdict"] == "no difference"
+    (wide,) = [p for p in result["pairs"] if p["model"] == "wide"]
+    assert wide["pairings"] == 2 and wide["seed_range"] == ranges["wide"]  # seed against seed
