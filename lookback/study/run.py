@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
 import itertools
 import json
 import logging
@@ -327,7 +328,7 @@ def _plot(path: Path, per_beam: dict[int, dict[str, dict]], key: str, ylabel: st
 def run_study(study: Study, train: bool = True, extra: list[str] = (), only: list[str] | None = None) -> dict:
     """Train (unless `train` is False), evaluate, and write every table and plot.
 
-    Each run's evaluation is kept in out_dir/evaluations/RUN.json (its outputs included), with
+    Each run's evaluation is kept in out_dir/evaluations/RUN.json.gz (its outputs included), with
     the checkpoint it came from: a run evaluated before, whose run directory is gone (another
     machine, a fresh clone of a committed study), is neither trained nor evaluated again, and
     the report covers every run evaluated so far. A study can so be run a few models at a time."""
@@ -341,7 +342,7 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     todo = {
         n: c
         for n, c in configs.items()
-        if n in chosen and (_run_here(c) or not (out / "evaluations" / f"{n}.json").exists())
+        if n in chosen and (_run_here(c) or _kept(out / "evaluations" / n) is None)
     }
     train_seconds = train_models(todo) if train else {}
     first = next(iter(configs.values())).data
@@ -350,11 +351,9 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     }
     evaluations = {}
     for name, cfg in configs.items():
-        path = out / "evaluations" / f"{name}.json"
-        if name in chosen:
-            evaluation = _evaluation(study, name, cfg, data, path)
-        else:  # a model not asked for: its evaluation as kept, if it has one
-            evaluation = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        path = out / "evaluations" / name
+        # a model not asked for: its evaluation as kept, if it has one
+        evaluation = _evaluation(study, name, cfg, data, path) if name in chosen else _kept(path)
         if evaluation is None:
             if name in chosen:
                 logger.warning("study: %s is neither trained nor evaluated here: left out", name)
@@ -447,7 +446,7 @@ def _checkpoint_stamp(cfg: Config) -> dict | None:
 
 def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) -> dict | None:
     """One run's evaluation on every test set at every beam size (buckets and outputs), with
-    hard attention, its FLOPs and parameters: kept in `path`, computed again only when the
+    hard attention, its FLOPs and parameters: kept at `path` (evaluations/RUN), computed again only when the
     run's checkpoint or the study's evaluation settings differ. None when the run has neither."""
     settings = {
         "tests": study.tests,
@@ -456,7 +455,7 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
         "flops_lengths": study.flops_lengths,
         "precision": cfg.decode.precision,
     }
-    cached = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    cached = _kept(path)
     stamp = _checkpoint_stamp(cfg)
     if stamp is None or (cached and cached["checkpoint"] == stamp and cached["settings"] == settings):
         return cached
@@ -486,8 +485,21 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
         "tests": tests,
         "flops": [step_flops(t.model, S) for S in study.flops_lengths],
     }
-    path.write_text(json.dumps(evaluation), encoding="utf-8")
+    # a run's outputs at every beam: compressed, they are large; mtime 0, so the same bytes again
+    with gzip.GzipFile(path.with_name(f"{path.name}.json.gz"), "wb", mtime=0) as f:
+        f.write(json.dumps(evaluation).encode("utf-8"))
+    path.with_name(f"{path.name}.json").unlink(missing_ok=True)  # an earlier, uncompressed one
     return evaluation
+
+
+def _kept(path: Path) -> dict | None:
+    """The evaluation kept at `path` (evaluations/RUN): RUN.json.gz, or RUN.json as studies kept
+    them before; None when there is neither."""
+    for name, opener in ((f"{path.name}.json.gz", gzip.open), (f"{path.name}.json", open)):
+        if path.with_name(name).exists():
+            with opener(path.with_name(name), "rt", encoding="utf-8") as f:
+                return json.load(f)
+    return None
 
 
 LEVELS = (20, 30, 40, 45, 50)  # validation BLEU levels whose first minute the learning table gives

@@ -152,14 +152,14 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     )
     assert main(["study", str(study_file)]) == 0
     assert (out / "runs" / "none" / "last.pt").stat().st_mtime == first_mtime
-    none_evaluated = (out / "evaluations" / "none.json").stat().st_mtime
-    additive_evaluated = (out / "evaluations" / "additive.json").stat().st_mtime
+    none_evaluated = (out / "evaluations" / "none.json.gz").stat().st_mtime
+    additive_evaluated = (out / "evaluations" / "additive.json.gz").stat().st_mtime
     (out / "runs" / "additive" / "best.pt").touch()  # as if retrained: --models none must not look at it
     assert main(["study", str(study_file), "--evaluate-only", "--models", "none"]) == 0
     # only none was asked for; the report still covers every model evaluated so far
     assert set(json.loads((out / "results.json").read_text())["models"]) == {"none", "additive"}
-    assert (out / "evaluations" / "additive.json").stat().st_mtime == additive_evaluated
-    assert (out / "evaluations" / "none.json").stat().st_mtime == none_evaluated  # its checkpoint: as it was
+    assert (out / "evaluations" / "additive.json.gz").stat().st_mtime == additive_evaluated
+    assert (out / "evaluations" / "none.json.gz").stat().st_mtime == none_evaluated  # as it was
     with (out / "learning.csv").open() as f:  # learning covers every model trained so far
         assert [r["model"] for r in csv.DictReader(f)] == ["none", "additive"]
     capsys.readouterr()
@@ -404,13 +404,21 @@ def test_seeds_and_compare_name_models_of_the_study(study_file, key):
 
 def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, monkeypatch):
     """A study's evaluations/ (committed, say) stand for runs that are gone: nothing is trained or
-    evaluated again, the report is the same, and a model added later is trained alone."""
+    evaluated again, the report is the same (an evaluation kept uncompressed, as before, is read
+    too), and a model added later is trained alone."""
+    import gzip
     import shutil
 
     assert main(["study", str(study_file)]) == 0
     out = study_file.parent / "out"
     before = json.loads((out / "results.json").read_text())
     shutil.rmtree(out / "runs")  # a fresh clone: the evaluations and logs are kept, the runs not
+    kept = sorted(p.name for p in (out / "evaluations").iterdir())
+    assert kept == ["additive.json.gz", "none.json.gz"]  # compressed: their outputs are large
+    with gzip.open(out / "evaluations" / "none.json.gz", "rt", encoding="utf-8") as f:
+        text = f.read()
+    (out / "evaluations" / "none.json").write_text(text, encoding="utf-8")  # as studies kept them before
+    (out / "evaluations" / "none.json.gz").unlink()
 
     def refuse(*args, **kwargs):
         raise AssertionError("trained or loaded again")
