@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lookback.figures import save_figure
+
 from .common import read_json
 
 
@@ -78,6 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(args.output, dpi=120)
+    save_figure(fig, args.output)  # a PNG in 256 colours, as lookback writes its plots
     print(f"wrote {args.output}")
     return 0

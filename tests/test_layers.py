@@ -16,7 +16,7 @@ LAYERS = [
     {"yamlfile"},
     {"config"},
     {"device"},
-    {"display"},
+    {"display", "figures"},
     {"data"},
     {"model"},
     {"decoding"},

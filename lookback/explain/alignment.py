@@ -32,6 +32,7 @@ from torch import Tensor
 from ..data.batch import pad
 from ..data.tokenizer import BOS, SPECIALS
 from ..device import autocast
+from ..figures import save_figure
 from ..model.seq2seq import Seq2Seq
 
 WORD_START = "▁"  # SentencePiece marks the first piece of a word with it
@@ -117,7 +118,7 @@ def plot_alignment(
     fig.text(0.5, 0.01, note, ha="center", fontsize=8, color="gray")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     if path is not None:
-        fig.savefig(path, dpi=150)
+        save_figure(fig, path, dpi=150)
         plt.close(fig)
     return fig
 

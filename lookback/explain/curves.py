@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..figures import save_figure
+
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of a run directory's metrics.jsonl (or of that file, named itself), in order;
@@ -84,5 +86,5 @@ def plot_curves(runs: dict[str, str | Path], path: str | Path, title: str | None
     axes[0][0].legend(fontsize="small")
     fig.suptitle(title or "Training curves")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plt.close(fig)

@@ -56,6 +56,7 @@ from ..data.batch import collate
 from ..data.tokenizer import PAD, SPECIALS
 from ..decoding.evaluate import group_by_length
 from ..device import gradients_in_eval_mode
+from ..figures import save_figure
 from ..model.guided import diagonal
 from ..model.seq2seq import Seq2Seq
 from .curves import history, read_metrics
@@ -263,7 +264,7 @@ def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> l
         ha="center", fontsize=8, color="gray",
     )  # fmt: skip
     fig.tight_layout(rect=(0, 0.02, 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plt.close(fig)
     return drawn
 

@@ -77,6 +77,7 @@ from ..device import cpu_flags, cpu_name, kernels
 from ..explain.cost import step_flops
 from ..explain.curves import history, read_metrics
 from ..explain.diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
+from ..figures import save_figure
 from ..model.coverage import coverage_report
 from ..model.seq2seq import count_parameters
 from ..training.train import Trainer
@@ -321,7 +322,7 @@ def _plot(path: Path, per_beam: dict[int, dict[str, dict]], key: str, ylabel: st
     ax.legend(fontsize="small")
     fig.tight_layout()
     for suffix in (".png", ".svg"):
-        fig.savefig(path.with_suffix(suffix), dpi=120)
+        save_figure(fig, path.with_suffix(suffix))
     plt.close(fig)
 
 
@@ -570,7 +571,7 @@ def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> li
     by_step.legend(fontsize="small")
     fig.tight_layout()
     for suffix in (".png", ".svg"):
-        fig.savefig(out / f"learning{suffix}", dpi=120)
+        save_figure(fig, out / f"learning{suffix}")
     plt.close(fig)
     _write_csv(out / "learning.csv", rows)
     table = _markdown(rows, "How each model learned (validation set; metrics_MODEL.jsonl)")
@@ -772,7 +773,7 @@ def _write_flops(out: Path, rows: list[dict]) -> list[str]:
     fig.suptitle("What attention costs (torch.utils.flop_counter: matrix products)")
     fig.tight_layout()
     for suffix in (".png", ".svg"):
-        fig.savefig(out / f"attention_flops{suffix}", dpi=120)
+        save_figure(fig, out / f"attention_flops{suffix}")
     plt.close(fig)
     title = "Attention FLOPs by source length (cost.py: one greedy step, batch 1; per sentence T = S)"
     return ["## Cost of attention", "", _markdown(rows, title), "![attention FLOPs](attention_flops.png)", ""]
