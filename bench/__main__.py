@@ -1,7 +1,7 @@
 """python -m bench RUN [options]: the benchmark's one entry point, a named run per module.
 
     python -m bench headline --configs feed --recipe --decoding   # lookback against Joey NMT
-    python -m bench machine -o bench/results/machine.json         # the CPU's peak, and its share
+    python -m bench machine -o results/bench/machine.json         # the CPU's peak, and its share
     python -m bench RUN --help                                    # a run's own options
 
 `python -m bench` alone lists the runs. tests/bench/test_entry_points.py starts every one of

@@ -1,6 +1,6 @@
 """Plot time to quality: validation BLEU against training minutes, from bench result files.
 
-    python -m bench curves bench/results/RESULT.json [MORE.json ...] -o docs/time_to_quality.png
+    python -m bench curves results/bench/RESULT.json [MORE.json ...] -o results/bench/time_to_quality.png
     python -m bench curves before=A.json after=B.json -o docs/plot.png   # names in the legend
     python -m bench curves A.json B.json --systems recipe --ylim 45 58 -o docs/zoom.png
 

@@ -18,7 +18,7 @@ as a deployment would. Two more rows per thread count run ONNX Runtime with
 the n best tokens picked in PyTorch from the graph's logits, as before the
 decoder graph picked them itself: what that choice gives.
 
-It prints a table and writes bench/results/<stamp>_<device>_decoding.json:
+It prints a table and writes results/bench/<stamp>_<device>_decoding.json:
 per combination, sentences/s, BLEU, peak RSS, the ratio of beam-5
 sentences/s to Joey's at the same thread count, words per output (a search
 does more steps for longer outputs, so sentences/s compare only where the

@@ -1,6 +1,6 @@
 """python -m bench gpu-check: lookback on an NVIDIA GPU, checked in one command, in under 8 minutes.
 
-    python -m bench gpu-check                       # writes bench/results/<date>_<time>_gpu_check.json
+    python -m bench gpu-check                       # writes results/bench/<date>_<time>_gpu_check.json
     python -m bench gpu-check --plan                # prints the steps' commands; runs nothing
     python -m bench gpu-check --steps train bench --updates 200 -o OUT.json
 
@@ -158,7 +158,7 @@ def gpu() -> dict[str, Any]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench gpu-check", description=__doc__.split("\n")[0])
     ap.add_argument(
-        "-o", "--output", type=Path, help="results JSON (default: bench/results/STAMP_gpu_check.json)"
+        "-o", "--output", type=Path, help="results JSON (default: results/bench/STAMP_gpu_check.json)"
     )
     ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="which (default: all)")
     ap.add_argument("--updates", type=int, default=300, help="the main job's training updates (default 300)")
@@ -172,7 +172,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-    output = args.output or REPO / "bench" / "results" / f"{stamp}_gpu_check.json"
+    output = args.output or REPO / "results" / "bench" / f"{stamp}_gpu_check.json"
     with tempfile.TemporaryDirectory(prefix="lookback-gpu-check-") as tmp:
         work = Path(tmp)
         cmds = commands(args.updates, work)

@@ -13,7 +13,7 @@ file of its own says (by default the additive config the README's result
 comes from), against the same Joey run.
 
 Then a table with each figure as the ratio lookback / Joey, and one JSON
-file per configuration in bench/results/ (bench/results/quick/ for
+file per configuration in results/bench/ (results/bench/quick/ for
 --quick), written whatever happened: a failed or timed-out measurement is
 recorded with its error, not dropped.
 """
@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--quick",
         action="store_true",
         help=f"smoke run: {settings.QUICK['budget_s']} s of training, {settings.QUICK['test_limit']} test "
-        f"sentences; results go to bench/results/quick/",
+        f"sentences; results go to results/bench/quick/",
     )
     ap.add_argument(
         "--budget-minutes",
@@ -93,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="RUN_DIR|JSON",
         help="take Joey's results from an earlier run instead of training Joey again: its configuration "
         "folder (WORK_DIR/runs/STAMP/CONFIG, with Joey's test translations) or its results file "
-        "(bench/results/STAMP_DEVICE_CONFIG.json, figures only, for a machine without that folder); "
+        "(results/bench/STAMP_DEVICE_CONFIG.json, figures only, for a machine without that folder); "
         "recorded in the JSON",
     )
     ap.add_argument(

@@ -8,7 +8,7 @@
 Issue 39 asks for Joey at its best: its learning rate, schedule and batch size, searched as
 lookback's recipe was. Each point is one `python -m bench headline --only joey_best` run (Joey alone on
 the machine, the same data, tokenizer, model and clock as the headline bench) with its results
-in `bench/results/joey_search/POINT/`; a point whose results are there is not run again, so the
+in `results/bench/joey_search/POINT/`; a point whose results are there is not run again, so the
 search can stop and go on in a later session. The choice reads the validation BLEU of the
 model at the end of the budget (the one the bench then tests) and nothing else: each JSON
 also holds test figures, which the search never reads.
@@ -31,7 +31,7 @@ from .common import shown, write_json
 from .prepare import REPO
 from .settings import joey_recipe
 
-RESULTS = REPO / "bench" / "results" / "joey_search"
+RESULTS = REPO / "results" / "bench" / "joey_search"
 KNOBS = (
     "lr",
     "batch_sentences",

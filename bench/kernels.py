@@ -1,7 +1,7 @@
 """python -m bench kernels: the few PyTorch CPU kernels a beam-search step spends its time in, timed
 against the alternatives lookback chose, on this CPU.
 
-    python -m bench kernels -o bench/results/kernels.json [--threads 1 2] [--rows 320 40]
+    python -m bench kernels -o results/bench/kernels.json [--threads 1 2] [--rows 320 40]
 
 A step of beam 5 over 64 sentences has R = 320 rows (fewer as sentences
 finish). Apart from the matrix products, its time goes to three things,
@@ -69,7 +69,7 @@ def measure(rows: int, V: int = 8000, S: int = 18, A: int = 256, n: int = 10) ->
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench kernels", description=__doc__.split("\n")[0])
-    ap.add_argument("-o", "--out", type=Path, default=Path("bench/results/kernels.json"))
+    ap.add_argument("-o", "--out", type=Path, default=Path("results/bench/kernels.json"))
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rows", type=int, nargs="+", default=[320, 40])
     args = ap.parse_args(argv)

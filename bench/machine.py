@@ -1,6 +1,6 @@
 """python -m bench machine: how much of the CPU lookback's training and decoding use, and where the rest goes.
 
-    python -m bench machine -o bench/results/machine.json [--config configs/quickstart.yaml]
+    python -m bench machine -o results/bench/machine.json [--config configs/quickstart.yaml]
         [--run runs/quickstart] [--updates 30] [--sentences 200] [--threads 2]
 
 1. **The machine's limit.** torch's fp32 matrix product (`torch.mm`) on square matrices of 512,

@@ -1,7 +1,7 @@
 """python -m bench onnx-agreement MODEL: does ONNX Runtime translate as PyTorch does, on a real test set?
 
     python -m bench onnx-agreement ~/.cache/lookback/bench/runs/STAMP/feed/lookback.export \\
-        --test multi30k:test_2016_flickr -o bench/results/onnx_agreement.json
+        --test multi30k:test_2016_flickr -o results/bench/onnx_agreement.json
 
 MODEL is a run directory or an export (with --onnx graphs, else they are
 made now). For greedy and beam 5, on fp32 ONNX Runtime and on both int8

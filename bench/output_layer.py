@@ -1,6 +1,6 @@
 """python -m bench output-layer: the output layer W_o alone, in fp32 and int8, on PyTorch and ONNX Runtime.
 
-    python -m bench output-layer -o bench/results/output_layer.json [--rows 320] [--threads 1 2]
+    python -m bench output-layer -o results/bench/output_layer.json [--rows 320] [--threads 1 2]
 
 In beam search the output layer, logits = W_o ~s_t with W_o of D x V
 (256 x 8,000 in the bench), is most of each step's arithmetic: rows x D x V

@@ -11,7 +11,7 @@ from pathlib import Path
 from .common import REPO, read_json
 
 JOEY_VENV = REPO / "bench" / ".venv-joey"
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "results" / "bench"
 
 
 def ensure_joey(venv: Path) -> str | None:

@@ -10,11 +10,11 @@ Three measurements, each in a fresh process so that its peak memory is its own:
    --repeats times each in alternating order (memory, store, store, memory, ...), so that
    neither side always runs first; each side's median is reported, and every run's figures.
 
-Writes bench/results/store.json with the CPU named:
+Writes results/bench/store.json with the CPU named:
 
-    python -m bench store [--pairs 5000000] [--steps 200] [--repeats 3] [--out bench/results/store.json]
+    python -m bench store [--pairs 5000000] [--steps 200] [--repeats 3] [--out results/bench/store.json]
     python -m bench store --pairs 0 --repeats 4     # the Multi30k comparison only
-    python -m bench store --profile --out bench/results/store_profile.json
+    python -m bench store --profile --out results/bench/store_profile.json
 
 --profile trains on Multi30k once a side, in this process, under cProfile, and
 reports where the store could cost time: the seconds spent making batches (the
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pairs", type=int, default=5_000_000)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3, help="Multi30k runs per side, in alternating order")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "store.json"))
+    p.add_argument("--out", default=str(ROOT / "results" / "bench" / "store.json"))
     p.add_argument("--profile", action="store_true", help="where the time goes, one run a side (above)")
     args = p.parse_args(argv)
     results = {

@@ -2,7 +2,7 @@
 
     python -m bench headline --recipe --joey-best peer --joey-best-budget-minutes 75 --budget-minutes 5 \\
         --recipe-budget-minutes 30 --configs feed --decoding
-    python -m bench table bench/results/STAMP_cpu_feed.json
+    python -m bench table results/bench/STAMP_cpu_feed.json
 
 Two blocks, each lookback against Joey NMT on the same machine in the same run: like for like
 (the same model and batches: training speed, memory, the share of the CPU's fp32 GEMM peak)
@@ -125,7 +125,7 @@ def markdown(record: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench table", description=__doc__.split("\n")[0])
     ap.add_argument(
-        "result", type=Path, help="a results JSON of python -m bench headline (bench/results/...)"
+        "result", type=Path, help="a results JSON of python -m bench headline (results/bench/...)"
     )
     args = ap.parse_args(argv)
     try:

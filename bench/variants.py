@@ -1,6 +1,6 @@
 """python -m bench variants: training speed of the attention variants, on this CPU, as ratios to additive.
 
-    python -m bench variants -o bench/results/variants.json [--updates 20] [--rounds 3] [--threads 2]
+    python -m bench variants -o results/bench/variants.json [--updates 20] [--rounds 3] [--threads 2]
 
 Every variant is the shipped additive config (configs/multi30k_en_fr_additive.yaml) with a few
 keys changed, and trains on the same Multi30k batches (1,000 target tokens, the config's

@@ -1,11 +1,11 @@
 """python -m bench written-out-gru: a GRU whose backward through time is written out, timed
 against PyTorch's own at the main job's shapes, on this CPU (issue 39: the recurrence's small
 products batched). It lost, so lookback trains with nn.GRU; the experiment stays to be re-run.
-On a 2-core Zen 5 EPYC it took 1.09-1.13 times nn.GRU's time (bench/results/
+On a 2-core Zen 5 EPYC it took 1.09-1.13 times nn.GRU's time (results/bench/
 2026-11-28_written_out_gru_zen5*.json): the per-step products of about 70 rows are the time
 there, not autograd's bookkeeping, and batching the weights' gradient saves too little.
 
-    python -m bench written-out-gru -o bench/results/written_out_gru.json [--threads 2 1]
+    python -m bench written-out-gru -o results/bench/written_out_gru.json [--threads 2 1]
 
 PyTorch's GRU on a CPU runs one cell per step, and autograd records every
 operator of every cell: its backward then makes one small weight-gradient
@@ -185,7 +185,7 @@ def measure(cls: type[nn.GRU], B: int = 70, S: int = 13, T: int = 14, E: int = 2
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench written-out-gru", description=__doc__.split("\n")[0])
-    ap.add_argument("-o", "--out", type=Path, default=Path("bench/results/written_out_gru.json"))
+    ap.add_argument("-o", "--out", type=Path, default=Path("results/bench/written_out_gru.json"))
     ap.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     args = ap.parse_args(argv)
     results = []

@@ -59,7 +59,7 @@ LOOKBACK_IMPORT = re.compile(
 
 def lookback_imports() -> list[tuple[str, str, list[str]]]:
     """(file, module, names) of every lookback import in the bench's code, its child processes'
-    code given as strings included (bench/results/ holds one-off scripts of past runs: not code)."""
+    code given as strings included (results/bench/ holds one-off scripts of past runs: not code)."""
     found = []
     for path in sorted([*BENCH.glob("*.py"), *BENCH.glob("peers/*.py")]):
         for m in LOOKBACK_IMPORT.finditer(path.read_text(encoding="utf-8")):

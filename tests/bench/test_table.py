@@ -15,7 +15,7 @@ def record(**settings) -> dict:
 
     return {
         "created": "2026-11-27T10:00:00+00:00",
-        "path": "bench/results/2026-11-27_100000_cpu_feed.json",
+        "path": "results/bench/2026-11-27_100000_cpu_feed.json",
         "machine": {"cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2", "fma"]},
         "versions": {"lookback_env": {"torch": "2.13.0+cpu"}},
         "settings": {
@@ -84,9 +84,9 @@ def test_a_missing_figure_prints_as_a_dash_and_its_ratio_too():
 
 def test_a_run_that_reused_joeys_figures_is_refused_in_one_line(tmp_path, capsys):
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(record(joey_from="bench/results/old.json")))
+    path.write_text(json.dumps(record(joey_from="results/bench/old.json")))
     assert table.main([str(path)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Joey's figures come from bench/results/old.json, not this run" in err
+    assert err.count("\n") == 1 and "Joey's figures come from results/bench/old.json, not this run" in err
     path.write_text(json.dumps(record()))
     assert table.main([str(path)]) == 0 and "| training, target tokens/s |" in capsys.readouterr().out

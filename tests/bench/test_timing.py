@@ -343,7 +343,7 @@ def test_joey_can_come_from_an_earlier_run_on_this_machine(tmp_path, monkeypatch
 
 
 def test_joey_can_come_from_a_committed_results_file(tmp_path):
-    """--joey-from bench/results/....json: a machine without Joey's run folder still compares."""
+    """--joey-from results/bench/....json: a machine without Joey's run folder still compares."""
     import bench.headline as bench_main
 
     joey = {"train": {"system": "joey", "task": "train", "figures": {"steps": 7161}}}
