@@ -12,6 +12,7 @@ run wrote, so each curve is the run as it finally went.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -19,13 +20,14 @@ from ..figures import save_figure
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The records of a run directory's metrics.jsonl (or of that file, named itself), in order;
-    a clear error if it has none or a line is not JSON (a last line cut short by a kill, without
-    its newline, is skipped)."""
+    """The records of a run directory's metrics.jsonl (or of that file, named itself, gzipped
+    when its name ends in .gz, as results/ keeps them), in order; a clear error if it has none or
+    a line is not JSON (a last line cut short by a kill, without its newline, is skipped)."""
     path = Path(run_dir)
-    path = path if path.suffix == ".jsonl" else path / "metrics.jsonl"
+    path = path if path.name.endswith((".jsonl", ".jsonl.gz")) else path / "metrics.jsonl"
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file (is {run_dir} a run directory?)") from None
     lines = text.splitlines()

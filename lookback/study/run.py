@@ -31,7 +31,7 @@ resumes; `--set train.time_limit=20` lets every model train on to the new
 budget), then results.json, CSV tables, report.md and plots (BLEU and chrF by length, gain over
 the model without attention, compression, under- and over-translation, hard against soft
 attention, translation time and attention FLOPs by source length), and how each model learned
-(learning.csv, learning.png: validation BLEU against minutes; each run's metrics_MODEL.jsonl).
+(learning.csv, learning.png: validation BLEU against minutes; each run's metrics_MODEL.jsonl.gz).
 
 A difference between two models is called one only where the seeds and a test agree
 (significance.py): each model's outputs are written to outputs/, its score is given as the
@@ -423,7 +423,8 @@ def _learning_sources(out: Path, configs: dict[str, Config]) -> dict[str, Path]:
     an earlier evaluation kept beside the report; models with neither are left out."""
     sources = {}
     for name, cfg in configs.items():
-        for path in (Path(cfg.train.run_dir) / "metrics.jsonl", out / f"metrics_{name}.jsonl"):
+        run, kept = Path(cfg.train.run_dir) / "metrics.jsonl", out / f"metrics_{name}.jsonl"
+        for path in (run, kept.with_name(f"{kept.name}.gz"), kept):  # a copy kept before, uncompressed
             if path.exists():
                 sources[name] = path
                 break
@@ -521,7 +522,8 @@ def learning_rows(sources: dict[str, str | Path]) -> list[dict]:
     rows = []
     for name, source in sources.items():
         source = Path(source)
-        if not (source if source.suffix == ".jsonl" else source / "metrics.jsonl").exists():
+        log = source if source.name.endswith((".jsonl", ".jsonl.gz")) else source / "metrics.jsonl"
+        if not log.exists():
             continue  # not trained (yet)
         valid, speed = validation_curve(source)
         if not valid:
@@ -542,7 +544,7 @@ def learning_rows(sources: dict[str, str | Path]) -> list[dict]:
 
 
 def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> list[str]:
-    """Each model's metrics.jsonl beside the report (metrics_MODEL.jsonl), the learning table, and
+    """Each model's metrics.jsonl beside the report (metrics_MODEL.jsonl.gz), the learning table, and
     validation BLEU against minutes in one plot; `sources`: model -> its metrics.jsonl."""
     if not rows:
         return []
@@ -555,9 +557,12 @@ def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> li
     # varies from run to run does not move
     fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for name, metrics in sources.items():
-        kept = out / f"metrics_{name}.jsonl"
-        if metrics != kept:
-            kept.write_bytes(metrics.read_bytes())
+        kept = out / f"metrics_{name}.jsonl.gz"
+        if metrics != kept:  # kept gzipped, mtime 0: the same bytes for the same log
+            data = metrics.read_bytes()
+            with gzip.GzipFile(kept, "wb", mtime=0) as f:
+                f.write(gzip.decompress(data) if metrics.suffix == ".gz" else data)
+            (out / f"metrics_{name}.jsonl").unlink(missing_ok=True)
         valid, _ = validation_curve(kept)
         bleu = [r["bleu"] for r in valid]
         by_time.plot([r["seconds"] / 60 for r in valid], bleu, marker="o", label=name)
@@ -574,8 +579,8 @@ def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> li
         save_figure(fig, out / f"learning{suffix}")
     plt.close(fig)
     _write_csv(out / "learning.csv", rows)
-    table = _markdown(rows, "How each model learned (validation set; metrics_MODEL.jsonl)")
-    kept = {name: str(out / f"metrics_{name}.jsonl") for name in sources}
+    table = _markdown(rows, "How each model learned (validation set; metrics_MODEL.jsonl.gz)")
+    kept = {name: str(out / f"metrics_{name}.jsonl.gz") for name in sources}
     takeoff = plot_takeoff(
         kept, str(out / "takeoff.png"), f"Take-off: when attention starts to look, on {cpu_name()}"
     )

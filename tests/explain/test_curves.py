@@ -112,3 +112,13 @@ def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, m
     ):
         train(from_dict(raw))
     assert not list(Path(raw["train"]["run_dir"]).glob("*.pt"))
+
+
+def test_a_gzipped_log_reads_as_the_plain_one(tmp_path):
+    import gzip
+
+    lines = [json.dumps({"kind": "valid", "step": s, "bleu": b}) for s, b in ((100, 1.5), (200, 3.0))]
+    plain = tmp_path / "metrics.jsonl"
+    plain.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "metrics.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_metrics(tmp_path / "metrics.jsonl.gz") == read_metrics(plain) == read_metrics(tmp_path)

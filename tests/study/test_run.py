@@ -9,6 +9,7 @@ import yaml
 
 from lookback.cli import main
 from lookback.config import ConfigError, from_dict
+from lookback.explain.curves import read_metrics
 from lookback.model.seq2seq import count_parameters
 from lookback.study import run as study_module
 from lookback.study.run import _make_synth, compression_rows, load_study
@@ -137,7 +138,7 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     with (out / "learning.csv").open() as f:
         learning = {r["model"]: r for r in csv.DictReader(f)}
     for name in ("none", "additive"):  # the last validation, as the run's own metrics say
-        valid = [json.loads(x) for x in (out / f"metrics_{name}.jsonl").read_text().splitlines()]
+        valid = read_metrics(out / f"metrics_{name}.jsonl.gz")  # kept beside the report, gzipped
         last = [r for r in valid if r["kind"] == "valid"][-1]
         assert int(learning[name]["updates"]) == last["step"]
         assert float(learning[name]["final_bleu"]) == pytest.approx(last["bleu"], abs=0.006)
