@@ -28,7 +28,7 @@ config.build): every problem at once, with its dotted key and a did-you-mean,
 and then every model's config. `lookback study FILE` writes into `out_dir` (default: studies/NAME): a run
 directory per model (a finished one is not trained again; an interrupted one
 resumes; `--set train.time_limit=20` lets every model train on to the new
-budget), then results.json, CSV tables, report.md and plots (BLEU and chrF by length, gain over
+budget), then results.json.gz, CSV tables, report.md and plots (BLEU and chrF by length, gain over
 the model without attention, compression, under- and over-translation, hard against soft
 attention, translation time and attention FLOPs by source length), and how each model learned
 (learning.csv, learning.png: validation BLEU against minutes; each run's metrics_MODEL.jsonl.gz).
@@ -410,7 +410,9 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     result["learning"] = learning_rows(learned)
     report += _write_learning(out, learned, result["learning"])
     result["wall_seconds"] = time.perf_counter() - start
-    (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    with gzip.GzipFile(out / "results.json.gz", "wb", mtime=0) as f:  # every table's numbers: large
+        f.write(json.dumps(result, indent=1).encode("utf-8"))
+    (out / "results.json").unlink(missing_ok=True)  # as studies wrote it before
     (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     (out / "configs").mkdir(exist_ok=True)
     for name, cfg in configs.items():

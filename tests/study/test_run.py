@@ -2,6 +2,7 @@
 by hand, and study files checked as configs are."""
 
 import csv
+import gzip
 import json
 
 import pytest
@@ -18,6 +19,12 @@ from lookback.translator import Translator
 from ..helpers import WORDS, assert_drawn, tiny_train_config, write_corpus
 
 LENGTHS = [3, 5, 9, 12, 18, 65]  # source words: three sentences of 1-10, two of 11-20, one of 61+
+
+
+def read_results(out):
+    """A study's results.json.gz: every table's numbers."""
+    with gzip.open(out / "results.json.gz", "rt", encoding="utf-8") as f:
+        return json.load(f)
 
 
 @pytest.fixture
@@ -58,7 +65,7 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     monkeypatch.setattr(study_module, "Trainer", Recording)
     assert main(["study", str(study_file)]) == 0
     out = study_file.parent / "out"
-    result = json.loads((out / "results.json").read_text())
+    result = read_results(out)
     assert set(result["models"]) == {"none", "additive"}
     assert result["device"].startswith("cpu")
     (spec,) = result["tests"]
@@ -148,9 +155,7 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     first_mtime = (out / "runs" / "none" / "last.pt").stat().st_mtime
     # a second run trains nothing again, and --evaluate-only needs no training at all
     assert main(["study", str(study_file), "--evaluate-only"]) == 0
-    assert all(
-        m["train_seconds"] is None for m in json.loads((out / "results.json").read_text())["models"].values()
-    )
+    assert all(m["train_seconds"] is None for m in read_results(out)["models"].values())
     assert main(["study", str(study_file)]) == 0
     assert (out / "runs" / "none" / "last.pt").stat().st_mtime == first_mtime
     none_evaluated = (out / "evaluations" / "none.json.gz").stat().st_mtime
@@ -158,7 +163,7 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     (out / "runs" / "additive" / "best.pt").touch()  # as if retrained: --models none must not look at it
     assert main(["study", str(study_file), "--evaluate-only", "--models", "none"]) == 0
     # only none was asked for; the report still covers every model evaluated so far
-    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none", "additive"}
+    assert set(read_results(out)["models"]) == {"none", "additive"}
     assert (out / "evaluations" / "additive.json.gz").stat().st_mtime == additive_evaluated
     assert (out / "evaluations" / "none.json.gz").stat().st_mtime == none_evaluated  # as it was
     with (out / "learning.csv").open() as f:  # learning covers every model trained so far
@@ -353,7 +358,7 @@ def test_seeds_and_paired_tests_in_a_study(study_file, capsys):
     assert main(["study", str(study_file)]) == 0
     out = study_file.parent / "out"
     assert yaml.safe_load((out / "configs" / "additive#2.yaml").read_text())["train"]["seed"] == 2
-    result = json.loads((out / "results.json").read_text())
+    result = read_results(out)
     (spec,) = result["tests"]
     sig = result["tests"][spec]["significance"]
     assert sig["beam"] == 2 and set(sig["models"]) == {"none", "additive"}
@@ -412,7 +417,7 @@ def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, 
 
     assert main(["study", str(study_file)]) == 0
     out = study_file.parent / "out"
-    before = json.loads((out / "results.json").read_text())
+    before = read_results(out)
     shutil.rmtree(out / "runs")  # a fresh clone: the evaluations and logs are kept, the runs not
     kept = sorted(p.name for p in (out / "evaluations").iterdir())
     assert kept == ["additive.json.gz", "none.json.gz"]  # compressed: their outputs are large
@@ -427,7 +432,7 @@ def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, 
     monkeypatch.setattr(study_module, "Trainer", refuse)
     monkeypatch.setattr(study_module.Translator, "load", refuse)
     assert main(["study", str(study_file)]) == 0
-    after = json.loads((out / "results.json").read_text())
+    after = read_results(out)
     assert after["tests"] == before["tests"] and after["learning"] == before["learning"]
     assert {m: r["parameters"] for m, r in after["models"].items()} == {
         m: r["parameters"] for m, r in before["models"].items()
@@ -446,4 +451,4 @@ def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, 
     monkeypatch.setattr(study_module, "Trainer", Recording)
     assert main(["study", str(study_file)]) == 0
     assert trained == [str(out / "runs" / "general")]
-    assert set(json.loads((out / "results.json").read_text())["models"]) == {"none", "additive", "general"}
+    assert set(read_results(out)["models"]) == {"none", "additive", "general"}

@@ -8,6 +8,7 @@ python results/study/attention_variants_before/tables.py
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def by_bucket(results: dict, beam: str, key: str, models: list[str], digits: int
 
 
 def main() -> None:
-    result = json.loads((HERE / "results.json").read_text(encoding="utf-8"))
+    result = json.loads(gzip.decompress((HERE / "results.json.gz").read_bytes()))
     tests = result["tests"][SPEC]
     print(f"device: {result['device']}; evaluation {result['wall_seconds'] / 60:.1f} min\n")
     print("BLEU by source length (words; sentences in brackets), beam 5\n")
