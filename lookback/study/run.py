@@ -410,8 +410,7 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     result["learning"] = learning_rows(learned)
     report += _write_learning(out, learned, result["learning"])
     result["wall_seconds"] = time.perf_counter() - start
-    with gzip.GzipFile(out / "results.json.gz", "wb", mtime=0) as f:  # every table's numbers: large
-        f.write(json.dumps(result, indent=1).encode("utf-8"))
+    _write_gzip(out / "results.json.gz", json.dumps(result, indent=1).encode("utf-8"))
     (out / "results.json").unlink(missing_ok=True)  # as studies wrote it before
     (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     (out / "configs").mkdir(exist_ok=True)
@@ -489,11 +488,15 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
         "tests": tests,
         "flops": [step_flops(t.model, S) for S in study.flops_lengths],
     }
-    # a run's outputs at every beam: compressed, they are large; mtime 0, so the same bytes again
-    with gzip.GzipFile(path.with_name(f"{path.name}.json.gz"), "wb", mtime=0) as f:
-        f.write(json.dumps(evaluation).encode("utf-8"))
+    _write_gzip(path.with_name(f"{path.name}.json.gz"), json.dumps(evaluation).encode("utf-8"))
     path.with_name(f"{path.name}.json").unlink(missing_ok=True)  # an earlier, uncompressed one
     return evaluation
+
+
+def _write_gzip(path: Path, data: bytes) -> None:
+    """`data` gzipped into `path`, with mtime 0: the same bytes for the same data, so git sees no change."""
+    with gzip.GzipFile(path, "wb", mtime=0) as f:
+        f.write(data)
 
 
 def _kept(path: Path) -> dict | None:
@@ -560,10 +563,8 @@ def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> li
     fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for name, metrics in sources.items():
         kept = out / f"metrics_{name}.jsonl.gz"
-        if metrics != kept:  # kept gzipped, mtime 0: the same bytes for the same log
-            data = metrics.read_bytes()
-            with gzip.GzipFile(kept, "wb", mtime=0) as f:
-                f.write(gzip.decompress(data) if metrics.suffix == ".gz" else data)
+        if metrics != kept:  # a run's log, or a copy kept before uncompressed
+            _write_gzip(kept, metrics.read_bytes())
             (out / f"metrics_{name}.jsonl").unlink(missing_ok=True)
         valid, _ = validation_curve(kept)
         bleu = [r["bleu"] for r in valid]
