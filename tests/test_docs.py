@@ -1,9 +1,11 @@
 """The docs cannot rot unseen: in the README and every page under docs/, bench/, notebooks/ and
-results/, every relative link and its anchor resolves, every file named in backticks exists, and
-every `lookback ...` command line parses with lookback's own parser, naming a config that exists."""
+results/, every relative link and its anchor resolves, every file named in backticks exists (in
+the tree, or in the FOLDER.tar.xz that results/pack.py made of its folder), and every `lookback ...`
+command line parses with lookback's own parser, naming a config that exists."""
 
 import re
 import shlex
+import tarfile
 import unicodedata
 from functools import cache
 from pathlib import Path
@@ -52,6 +54,29 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+@cache
+def packed(archive: Path) -> set[str]:
+    """The files and folders in a FOLDER.tar.xz of results/pack.py, as paths beside the archive."""
+    with tarfile.open(archive) as tar:
+        names = {m.name for m in tar.getmembers() if m.isfile()}
+    return names | {str(Path(n).parent) for n in names}
+
+
+def exists(path: Path) -> bool:
+    """Whether a path is there: in the tree, or in the archive of a folder above it (a gzipped
+    file unzipped there, under its name without .gz)."""
+    path = path.resolve()
+    if path.exists():
+        return True
+    for folder in (path, *path.parents):  # the path itself may be a packed folder
+        if folder == ROOT or ROOT not in folder.parents:
+            return False
+        archive = folder.with_name(f"{folder.name}.tar.xz")
+        if archive.exists():
+            return path.relative_to(folder.parent).as_posix().removesuffix(".gz") in packed(archive)
+    return False
+
+
 def links(page: Path) -> list[str]:
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
     return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
@@ -68,7 +93,7 @@ def test_every_relative_link_and_anchor_resolves(page):
     for target in links(page):
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
-        if not file.exists():
+        if not exists(file):
             broken.append(f"{target}: no such file")
         elif anchor and file.suffix == ".md" and anchor not in anchors(file):
             broken.append(f"{target}: no heading with this anchor in {rel(file)}")
@@ -87,9 +112,7 @@ def named_files(page: Path) -> list[str]:
 
 @pytest.mark.parametrize("page", PAGES, ids=rel)
 def test_every_file_a_page_names_exists(page):
-    missing = [
-        name for name in named_files(page) if not (ROOT / name).exists() and not (page.parent / name).exists()
-    ]
+    missing = [n for n in named_files(page) if not exists(ROOT / n) and not exists(page.parent / n)]
     assert not missing, f"{rel(page)} names files that are not there:\n" + "\n".join(missing)
 
 
@@ -138,6 +161,35 @@ def test_every_lookback_command_parses_and_names_a_config_that_exists(page, caps
             try:
                 find_config(words[2])
             except ConfigError as exc:
-                wrong.append(f"{line}: {exc}")
+                if not exists(ROOT / words[2]):  # a past run's config, packed with its folder
+                    wrong.append(f"{line}: {exc}")
     capsys.readouterr()  # --help's pages
     assert not wrong, f"{rel(page)}:\n" + "\n".join(wrong)
+
+
+def test_a_packed_folder_still_holds_what_the_pages_name(tmp_path, monkeypatch):
+    """results/pack.py packs a folder into FOLDER.tar.xz (gzipped files unzipped inside, the same
+    bytes each time) and gives it back; the docs test finds a named file, or the folder, in it."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pack", ROOT / "results" / "pack.py")
+    pack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pack)
+    folder = tmp_path / "results" / "run"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.json").write_text('{"bleu": 1}\n')
+    (folder / "sub" / "curve.jsonl.gz").write_bytes(gzip.compress(b'{"step": 1}\n'))
+    archive = pack.pack(folder)
+    assert archive.name == "run.tar.xz" and not folder.exists()
+    first = archive.read_bytes()
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)  # exists() looks no further up than ROOT
+    for name in ("results/run/a.json", "results/run/sub/curve.jsonl.gz", "results/run/sub", "results/run"):
+        assert exists(tmp_path / name), name
+    assert not exists(tmp_path / "results/run/b.json")
+    assert pack.unpack(archive) == folder
+    assert (folder / "sub" / "curve.jsonl").read_text() == '{"step": 1}\n'  # unzipped, as packed
+    (folder / "sub" / "curve.jsonl").unlink()  # the folder as it was, packed again
+    (folder / "sub" / "curve.jsonl.gz").write_bytes(gzip.compress(b'{"step": 1}\n'))
+    archive.unlink()
+    assert pack.pack(folder).read_bytes() == first  # the same bytes again: git sees no change

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from pathlib import Path
 
 from ..figures import save_figure
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The records of a run directory's metrics.jsonl (or of that file, named itself, gzipped
-    when its name ends in .gz, as results/ keeps them), in order; a clear error if it has none or
-    a line is not JSON (a last line cut short by a kill, without its newline, is skipped)."""
+    """The records of a run directory's metrics.jsonl (or of that file, named itself, compressed
+    when its name ends in .gz or .xz, as results/ keeps them), in order; a clear error if it has
+    none or a line is not JSON (a last line cut short by a kill, without its newline, is skipped)."""
     path = Path(run_dir)
-    path = path if path.name.endswith((".jsonl", ".jsonl.gz")) else path / "metrics.jsonl"
+    path = path if path.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.xz")) else path / "metrics.jsonl"
+    unzip = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(path.suffix, bytes)
     try:
-        data = path.read_bytes()
-        text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
+        text = unzip(path.read_bytes()).decode("utf-8")
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file (is {run_dir} a run directory?)") from None
     lines = text.splitlines()
@@ -43,6 +44,11 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
                 break
             raise ValueError(f"{path}: line {i} is not JSON") from None
     return records
+
+
+def records_of(source: str | Path | list[dict]) -> list[dict]:
+    """A run's records: `source` itself where it is them, else read from it (read_metrics)."""
+    return source if isinstance(source, list) else read_metrics(source)
 
 
 def history(records: list[dict], kind: str) -> list[dict]:

@@ -59,7 +59,7 @@ from ..device import gradients_in_eval_mode
 from ..figures import save_figure
 from ..model.guided import diagonal
 from ..model.seq2seq import Seq2Seq
-from .curves import history, read_metrics
+from .curves import history, records_of
 
 NEAR_UNIFORM = 0.9  # normalised entropy at or above which a step's weights count as near uniform
 OVER = 1.5  # total weight above which a source token counts as over-attended (as coverage.py)
@@ -212,9 +212,9 @@ def _attention_records(records: list[dict]) -> list[dict]:
     return []
 
 
-def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> list[str]:
+def plot_takeoff(runs: dict[str, str | list[dict]], path: str, title: str | None = None) -> list[str]:
     """When each model starts to look at the source, against updates, from each run directory's
-    metrics.jsonl: validation BLEU (top); the entropy and diagonal weight of its attention
+    metrics.jsonl (or its records): validation BLEU (top); the entropy and diagonal weight of its attention
     (middle); and, where logged, the spread of its scores (bottom, log scale: softmax saturates
     past a few units). The probe's records where the run logged them every `train.probe_every`
     updates, else the validations'. Saved by `path`'s suffix (PNG, SVG, PDF); returns the names
@@ -224,7 +224,7 @@ def plot_takeoff(runs: dict[str, str], path: str, title: str | None = None) -> l
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = {name: read_metrics(run_dir) for name, run_dir in runs.items()}
+    data = {name: records_of(run) for name, run in runs.items()}
     spreads = any("score_spread" in r for records in data.values() for r in _attention_records(records))
     fig, axes = plt.subplots(3 if spreads else 2, 1, figsize=(7.5, 8.5 if spreads else 6.5), sharex=True)
     top, middle = axes[0], axes[1]

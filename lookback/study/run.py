@@ -31,7 +31,9 @@ resumes; `--set train.time_limit=20` lets every model train on to the new
 budget), then results.json.gz, CSV tables, report.md and plots (BLEU and chrF by length, gain over
 the model without attention, compression, under- and over-translation, hard against soft
 attention, translation time and attention FLOPs by source length), and how each model learned
-(learning.csv, learning.png: validation BLEU against minutes; each run's metrics_MODEL.jsonl.gz).
+(learning.csv, learning.png: validation BLEU against minutes). Two files keep what the runs gave,
+so that a fresh clone reports without them: evaluations.json.xz (each run's evaluation, its
+outputs included) and curves.jsonl.xz (each run's metrics.jsonl, every record with its "run").
 
 A difference between two models is called one only where the seeds and a test agree
 (significance.py): each model's outputs are written to outputs/, its score is given as the
@@ -48,6 +50,7 @@ import gzip
 import itertools
 import json
 import logging
+import lzma
 import re
 import time
 from dataclasses import dataclass, field
@@ -75,7 +78,7 @@ from ..decoding.evaluate import bleu_and_length, group_by_length
 from ..decoding.significance import compare_runs, family
 from ..device import cpu_flags, cpu_name, kernels
 from ..explain.cost import step_flops
-from ..explain.curves import history, read_metrics
+from ..explain.curves import history, read_metrics, records_of
 from ..explain.diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
 from ..figures import save_figure
 from ..model.coverage import coverage_report
@@ -85,6 +88,8 @@ from ..translator import Translator
 from ..yamlfile import read_yaml
 
 logger = logging.getLogger(__name__)
+EVALUATIONS = "evaluations.json.xz"  # every run's evaluation, outputs included: run -> evaluation
+CURVES = "curves.jsonl.xz"  # every run's metrics.jsonl, each record with its "run"
 
 
 def _lengths_ok(lengths: str | int) -> bool:
@@ -329,7 +334,7 @@ def _plot(path: Path, per_beam: dict[int, dict[str, dict]], key: str, ylabel: st
 def run_study(study: Study, train: bool = True, extra: list[str] = (), only: list[str] | None = None) -> dict:
     """Train (unless `train` is False), evaluate, and write every table and plot.
 
-    Each run's evaluation is kept in out_dir/evaluations/RUN.json.gz (its outputs included), with
+    Each run's evaluation is kept in out_dir/evaluations.json.xz (its outputs included), with
     the checkpoint it came from: a run evaluated before, whose run directory is gone (another
     machine, a fresh clone of a committed study), is neither trained nor evaluated again, and
     the report covers every run evaluated so far. A study can so be run a few models at a time."""
@@ -339,12 +344,9 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     if study.synth is not None:
         _make_synth(study.synth)
     out = Path(study.out_dir)
-    (out / "evaluations").mkdir(parents=True, exist_ok=True)
-    todo = {
-        n: c
-        for n, c in configs.items()
-        if n in chosen and (_run_here(c) or _kept(out / "evaluations" / n) is None)
-    }
+    out.mkdir(parents=True, exist_ok=True)
+    kept = _kept_evaluations(out)
+    todo = {n: c for n, c in configs.items() if n in chosen and (_run_here(c) or n not in kept)}
     train_seconds = train_models(todo) if train else {}
     first = next(iter(configs.values())).data
     data = {
@@ -352,14 +354,16 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     }
     evaluations = {}
     for name, cfg in configs.items():
-        path = out / "evaluations" / name
         # a model not asked for: its evaluation as kept, if it has one
-        evaluation = _evaluation(study, name, cfg, data, path) if name in chosen else _kept(path)
+        evaluation = _evaluation(study, name, cfg, data, kept.get(name)) if name in chosen else kept.get(name)
         if evaluation is None:
             if name in chosen:
                 logger.warning("study: %s is neither trained nor evaluated here: left out", name)
             continue
         evaluations[name] = evaluation
+        if evaluation is not kept.get(name):  # evaluated now: kept at once, lest a kill lose it
+            kept[name] = evaluation
+            _write_xz(out / EVALUATIONS, json.dumps(dict(sorted(kept.items()))).encode("utf-8"))
     configs = {n: c for n, c in configs.items() if n in evaluations}
     result: dict[str, Any] = {
         "study": study.name,
@@ -406,7 +410,7 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     flops = [{"model": name, **row} for name, e in evaluations.items() for row in e["flops"]]
     result["attention_flops"] = flops
     report += _write_flops(out, flops)
-    learned = _learning_sources(out, study.configs(extra))  # every model trained so far, here or before
+    learned = _curves(out, study.configs(extra))  # every model trained so far, here or before
     result["learning"] = learning_rows(learned)
     report += _write_learning(out, learned, result["learning"])
     result["wall_seconds"] = time.perf_counter() - start
@@ -419,17 +423,20 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     return result
 
 
-def _learning_sources(out: Path, configs: dict[str, Config]) -> dict[str, Path]:
-    """Where each model's training log is: its run directory's metrics.jsonl, else the copy that
-    an earlier evaluation kept beside the report; models with neither are left out."""
-    sources = {}
+def _curves(out: Path, configs: dict[str, Config]) -> dict[str, list[dict]]:
+    """Each model's training log: its run directory's metrics.jsonl, else the records that an
+    earlier report kept in curves.jsonl.xz; models with neither are left out."""
+    kept: dict[str, list[dict]] = {}
+    if (out / CURVES).exists():
+        for r in read_metrics(out / CURVES):
+            kept.setdefault(r.pop("run"), []).append(r)
+    curves = {}
     for name, cfg in configs.items():
-        run, kept = Path(cfg.train.run_dir) / "metrics.jsonl", out / f"metrics_{name}.jsonl"
-        for path in (run, kept.with_name(f"{kept.name}.gz"), kept):  # a copy kept before, uncompressed
-            if path.exists():
-                sources[name] = path
-                break
-    return sources
+        run = Path(cfg.train.run_dir) / "metrics.jsonl"
+        records = read_metrics(run) if run.exists() else kept.get(name)
+        if records:
+            curves[name] = records
+    return curves
 
 
 def _run_here(cfg: Config) -> bool:
@@ -447,10 +454,10 @@ def _checkpoint_stamp(cfg: Config) -> dict | None:
     return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) -> dict | None:
+def _evaluation(study: Study, name: str, cfg: Config, data: dict, cached: dict | None) -> dict | None:
     """One run's evaluation on every test set at every beam size (buckets and outputs), with
-    hard attention, its FLOPs and parameters: kept at `path` (evaluations/RUN), computed again only when the
-    run's checkpoint or the study's evaluation settings differ. None when the run has neither."""
+    hard attention, its FLOPs and parameters: the `cached` one (kept before), computed again only when
+    the run's checkpoint or the study's evaluation settings differ. None when the run has neither."""
     settings = {
         "tests": study.tests,
         "beam": study.beam,
@@ -458,7 +465,6 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
         "flops_lengths": study.flops_lengths,
         "precision": cfg.decode.precision,
     }
-    cached = _kept(path)
     stamp = _checkpoint_stamp(cfg)
     if stamp is None or (cached and cached["checkpoint"] == stamp and cached["settings"] == settings):
         return cached
@@ -488,9 +494,13 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, path: Path) ->
         "tests": tests,
         "flops": [step_flops(t.model, S) for S in study.flops_lengths],
     }
-    _write_gzip(path.with_name(f"{path.name}.json.gz"), json.dumps(evaluation).encode("utf-8"))
-    path.with_name(f"{path.name}.json").unlink(missing_ok=True)  # an earlier, uncompressed one
     return evaluation
+
+
+def _write_xz(path: Path, data: bytes) -> None:
+    """`data` into `path` by xz: a study's evaluations are its models' outputs, much alike, which
+    xz's large window packs 3-4 times smaller than gzip's."""
+    path.write_bytes(lzma.compress(data, preset=9))
 
 
 def _write_gzip(path: Path, data: bytes) -> None:
@@ -499,37 +509,37 @@ def _write_gzip(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def _kept(path: Path) -> dict | None:
-    """The evaluation kept at `path` (evaluations/RUN): RUN.json.gz, or RUN.json as studies kept
-    them before; None when there is neither."""
-    for name, opener in ((f"{path.name}.json.gz", gzip.open), (f"{path.name}.json", open)):
-        if path.with_name(name).exists():
-            with opener(path.with_name(name), "rt", encoding="utf-8") as f:
-                return json.load(f)
-    return None
+def _kept_evaluations(out: Path) -> dict[str, dict]:
+    """The evaluations kept in out/evaluations.json.xz (run -> evaluation); none before the first."""
+    if not (out / EVALUATIONS).exists():
+        return {}
+    return json.loads(lzma.decompress((out / EVALUATIONS).read_bytes()))
 
 
 LEVELS = (20, 30, 40, 45, 50)  # validation BLEU levels whose first minute the learning table gives
 
 
-def validation_curve(metrics: str | Path) -> tuple[list[dict], float | None]:
+def validation_curve(metrics: str | Path | list[dict]) -> tuple[list[dict], float | None]:
     """A run's validation records and its median training tokens/s, from its metrics.jsonl (a
-    run directory, or the file itself)."""
-    records = read_metrics(metrics)  # as the run finally went: a resume's repeated updates once
+    run directory, the file itself, or its records)."""
+    records = records_of(metrics)  # as the run finally went: a resume's repeated updates once
     speeds = sorted(r["tokens_per_s"] for r in history(records, "train") if "tokens_per_s" in r)
     return history(records, "valid"), speeds[len(speeds) // 2] if speeds else None
 
 
-def learning_rows(sources: dict[str, str | Path]) -> list[dict]:
-    """How each model learned, from its metrics.jsonl (model -> a run directory or the file; those
-    not there yet are left out): updates, minutes, speed, final and best validation BLEU, and the
-    first minute (wall clock, validations included) at which validation BLEU reached each level."""
+def learning_rows(sources: dict[str, str | Path | list[dict]]) -> list[dict]:
+    """How each model learned, from its metrics.jsonl (model -> a run directory, the file, or its
+    records; runs not there yet are left out): updates, minutes, speed, final and best validation
+    BLEU, and the first minute (wall clock, validations included) at which validation BLEU reached
+    each level."""
     rows = []
     for name, source in sources.items():
-        source = Path(source)
-        log = source if source.name.endswith((".jsonl", ".jsonl.gz")) else source / "metrics.jsonl"
-        if not log.exists():
-            continue  # not trained (yet)
+        if not isinstance(source, list):
+            source = Path(source)
+            if not (
+                source if source.name.endswith((".jsonl", ".gz", ".xz")) else source / "metrics.jsonl"
+            ).exists():
+                continue  # not trained (yet)
         valid, speed = validation_curve(source)
         if not valid:
             continue
@@ -548,11 +558,13 @@ def learning_rows(sources: dict[str, str | Path]) -> list[dict]:
     return rows
 
 
-def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> list[str]:
-    """Each model's metrics.jsonl beside the report (metrics_MODEL.jsonl.gz), the learning table, and
-    validation BLEU against minutes in one plot; `sources`: model -> its metrics.jsonl."""
+def _write_learning(out: Path, curves: dict[str, list[dict]], rows: list[dict]) -> list[str]:
+    """Every model's training log beside the report (curves.jsonl.xz), the learning table, and
+    validation BLEU against minutes in one plot; `curves`: model -> its metrics.jsonl's records."""
     if not rows:
         return []
+    lines = (json.dumps({"run": name, **r}) + "\n" for name, records in curves.items() for r in records)
+    _write_xz(out / CURVES, "".join(lines).encode("utf-8"))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -561,12 +573,8 @@ def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> li
     # against minutes, the figure to optimise, and against updates, which a machine whose speed
     # varies from run to run does not move
     fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for name, metrics in sources.items():
-        kept = out / f"metrics_{name}.jsonl.gz"
-        if metrics != kept:  # a run's log, or a copy kept before uncompressed
-            _write_gzip(kept, metrics.read_bytes())
-            (out / f"metrics_{name}.jsonl").unlink(missing_ok=True)
-        valid, _ = validation_curve(kept)
+    for name, records in curves.items():
+        valid, _ = validation_curve(records)
         bleu = [r["bleu"] for r in valid]
         by_time.plot([r["seconds"] / 60 for r in valid], bleu, marker="o", label=name)
         by_step.plot([r["step"] for r in valid], bleu, marker="o", label=name)
@@ -582,10 +590,9 @@ def _write_learning(out: Path, sources: dict[str, Path], rows: list[dict]) -> li
         save_figure(fig, out / f"learning{suffix}")
     plt.close(fig)
     _write_csv(out / "learning.csv", rows)
-    table = _markdown(rows, "How each model learned (validation set; metrics_MODEL.jsonl.gz)")
-    kept = {name: str(out / f"metrics_{name}.jsonl.gz") for name in sources}
+    table = _markdown(rows, "How each model learned (validation set; curves.jsonl.xz)")
     takeoff = plot_takeoff(
-        kept, str(out / "takeoff.png"), f"Take-off: when attention starts to look, on {cpu_name()}"
+        curves, str(out / "takeoff.png"), f"Take-off: when attention starts to look, on {cpu_name()}"
     )
     shown = ["![attention entropy and diagonal weight against updates](takeoff.png)", ""] if takeoff else []
     return ["## Learning", "", table, "![validation BLEU against minutes](learning.png)", "", *shown]

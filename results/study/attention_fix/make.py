@@ -1,5 +1,6 @@
 """The tables and figures of docs/study.md's "Why dot and general did not learn" (issue 36),
-from the training logs in metrics/ (each run's metrics.jsonl, copied here as NAME.jsonl).
+from the training logs in metrics/ (each run's metrics.jsonl, copied here as NAME.jsonl; kept
+packed: `python results/pack.py --unpack results/study/attention_fix/metrics.tar.xz` first).
 
 Each run is `lookback train CONFIG --set ...` as RUNS below says, on top of SHORT (plain
 Multi30k, the first 600 updates at the shipped rate) or LONG_PAIRS (concat:1-4, the study's
@@ -115,7 +116,7 @@ NOTES = {  # runs that changed a weight after build_model, which no config key d
 
 def summary(name: str) -> dict:
     """Validation BLEU at each validation, the probe at its first updates and at the end, tokens/s."""
-    records = read_metrics(HERE / "metrics" / f"{name}.jsonl.gz")
+    records = read_metrics(HERE / "metrics" / f"{name}.jsonl")
     valid = history(records, "valid")
     probes = [r for r in history(records, "probe")]
     at = {r["step"]: r for r in probes}
@@ -133,7 +134,7 @@ def summary(name: str) -> dict:
 
 
 def main() -> None:
-    found = {n: r for n, r in RUNS.items() if (HERE / "metrics" / f"{n}.jsonl.gz").exists()}
+    found = {n: r for n, r in RUNS.items() if (HERE / "metrics" / f"{n}.jsonl").exists()}
     results = {
         "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
@@ -169,7 +170,7 @@ def main() -> None:
         "takeoff_shipped.png": ["shipped_general", "shipped_dot", "shipped_additive"],
     }
     for png, names in figures.items():
-        runs = {n: str(HERE / "metrics" / f"{n}.jsonl.gz") for n in names if n in found}
+        runs = {n: str(HERE / "metrics" / f"{n}.jsonl") for n in names if n in found}
         if runs:
             plot_takeoff(runs, str(HERE / png), f"Issue 36: {png[8:-4]} ({results['cpu']}, fp32)")
     for n, r in results["runs"].items():
