@@ -193,3 +193,19 @@ def test_a_packed_folder_still_holds_what_the_pages_name(tmp_path, monkeypatch):
     (folder / "sub" / "curve.jsonl.gz").write_bytes(gzip.compress(b'{"step": 1}\n'))
     archive.unlink()
     assert pack.pack(folder).read_bytes() == first  # the same bytes again: git sees no change
+
+
+def test_the_evidence_stays_small():
+    """Tracked results stay under 5 MB, in fewer files than the code, tests and prose around
+    them (results/README.md says how: one evaluations and one curves file per study, packed
+    folders, nothing a command makes again)."""
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    evidence = [f for f in tracked if f.startswith("results/") and not f.endswith((".py", ".md"))]
+    rest = [f for f in tracked if not f.startswith("results/")]
+    size = sum((ROOT / f).stat().st_size for f in evidence if (ROOT / f).exists())
+    assert size < 5_000_000, f"results/ holds {size / 1e6:.2f} MB of evidence (at most 5 MB)"
+    assert len(evidence) < len(rest), f"{len(evidence)} evidence files against {len(rest)} of code and prose"
