@@ -33,9 +33,13 @@ def ranged(default: Any, test: Callable[[Any], bool], expected: str | Callable[[
 
 
 # The names some keys accept, each from the registry of the module that defines them:
-# model/attention.py adds "model.attention" (its SCORES, with "none"), so that a registered score
-# is a valid config value. The package imports that module before any config is read.
+# model/attention.py adds "model.attention" (its SCORES, with "none") and "model.attention_init"
+# (what its scores declare), so that a registered score is a valid config value. The package
+# imports that module before any config is read.
 NAMES: dict[str, Callable[[], list[str]]] = {}
+# Checks of several keys that belong to another module, run with _cross_checks: model/attention.py
+# adds the one that holds model.* to what the chosen score declares it needs.
+CHECKS: list[Callable[[Config], list[str]]] = []
 
 
 def named(default: str, key: str, more: str = "") -> Any:
@@ -132,7 +136,8 @@ class ModelConfig:
     tie_embeddings: bool = False  # share target embeddings with the output layer
     layer_norm: bool = False  # LayerNorm on h_i and inside the readout, outside the RNN cells
     norm_gain: float | None = None  # the norm's first gain on h_i (None: the score's; dot, general: He^-0.5)
-    attention_init: Literal["torch", "bahdanau"] = "torch"  # additive: bahdanau: W, U ~ N(0, 0.001^2), v = 0
+    # the layers' own, or one a score declares (Score.inits): additive's bahdanau, W, U ~ N(0, 0.001^2), v = 0
+    attention_init: str = named("torch", "model.attention_init")
 
     @property
     def enc_out_size(self) -> int:
@@ -338,19 +343,6 @@ def build(cls: type, raw: Any, source: str = "config", cross: Callable | None = 
 def _cross_checks(cfg: Config) -> list[str]:
     """Problems that involve more than one key."""
     m, problems = cfg.model, []
-    enc_out = m.enc_out_size
-    if m.heads > 1 and m.attention != "scaled_dot":
-        problems.append(f"model.heads: {m.heads} heads need attention 'scaled_dot', not '{m.attention}'")
-    if m.heads > 1 and m.attention_size % m.heads:
-        problems.append(
-            f"model.heads: model.attention_size ({m.attention_size}) must divide into {m.heads} heads"
-        )
-    if m.attention in ("dot", "scaled_dot") and m.heads == 1 and enc_out != m.dec_hidden_size:
-        problems.append(
-            f"model.attention: {m.attention} scores need s and h of one size, but the decoder has "
-            f"{m.dec_hidden_size} and the encoder outputs {enc_out}; set model.dec_hidden_size="
-            f"{enc_out} or use 'general'"
-        )
     if m.norm_gain is not None and not m.layer_norm:
         problems.append("model.norm_gain: is the gain of model.layer_norm, which is off")
     if cfg.train.coverage_start and not cfg.train.coverage_loss:
@@ -364,12 +356,6 @@ def _cross_checks(cfg: Config) -> list[str]:
         ):
             if on:
                 problems.append(f"{key}: needs attention weights, but model.attention is 'none'")
-    elif m.coverage and m.attention != "additive":
-        problems.append(f"model.coverage: the coverage term is in the additive score, not '{m.attention}'")
-    if m.attention_init != "torch" and m.attention != "additive":
-        problems.append(
-            f"model.attention_init: '{m.attention_init}' initialises the additive score, not '{m.attention}'"
-        )
     t = cfg.train
     if t.sampling_decay != "none" and t.teacher_forcing == 1:
         problems.append(
@@ -396,6 +382,8 @@ def _cross_checks(cfg: Config) -> list[str]:
         )
     if cfg.decode.nbest > cfg.decode.beam:
         problems.append(f"decode.nbest: {cfg.decode.nbest} is more than decode.beam ({cfg.decode.beam})")
+    for check in CHECKS:  # the registered ones: what the chosen score needs (model/attention.py)
+        problems += check(cfg)
     return problems
 
 

@@ -31,7 +31,7 @@ import entmax
 import torch
 from torch import Tensor, nn
 
-from ..config import NAMES, ModelConfig
+from ..config import CHECKS, NAMES, Config, ModelConfig
 
 
 class Score(nn.Module):
@@ -39,11 +39,23 @@ class Score(nn.Module):
     `build` from the sizes of s (dec_size) and h (enc_size) and the model's config, and named
     in SCORES, the one registry (`register_score` adds to it).
 
+    What a score needs of the config it declares here, and `check_needs` holds every model.*
+    to it, for shipped and registered scores alike:
+    `equal_sizes`: s and h must be of one size (a dot product of the two), with one head;
+    `multi_head`: model.heads > 1 splits it into heads (`build` then makes them);
+    `reads_coverage`: model.coverage feeds it the running sum of past weights;
+    `inits`: the model.attention_init values it has an `init_NAME` method for ("torch", the
+    layers' own initialisation, needs none).
+
     `lr_scale`: the score's own parameters learn at train.lr times this, unless
     train.attention_lr says otherwise (see GeneralScore for why one score needs it).
     `h_gain`: the initial gain of the layer norm on h (model.layer_norm), unless
     model.norm_gain says otherwise (see DotScore)."""
 
+    equal_sizes = False
+    multi_head = False
+    reads_coverage = False
+    inits: tuple[str, ...] = ("torch",)
     lr_scale = 1.0
 
     @staticmethod
@@ -75,6 +87,8 @@ class DotScore(Score):
     formula stays; the gain starts at 1 / sqrt(He), so that h_i starts at a norm of about
     1, and the model learns the scale it needs."""
 
+    equal_sizes = True
+
     @staticmethod
     def h_gain(enc_size: int) -> float:
         return enc_size**-0.5
@@ -88,6 +102,8 @@ class ScaledDotScore(Score):
 
     Dividing by sqrt(d) keeps the scores' spread near 1 when s and h have unit-variance
     entries, however large d is, so softmax does not start out saturated."""
+
+    equal_sizes, multi_head = True, True
 
     @classmethod
     def build(cls, dec_size: int, enc_size: int, cfg: ModelConfig) -> Score:
@@ -187,6 +203,9 @@ class AdditiveScore(Score):
     e = v . tanh(W s + U h + w_c cov), so the model can learn to look away from
     source words it has already translated."""
 
+    reads_coverage = True
+    inits = ("torch", "bahdanau")
+
     def __init__(self, dec_size: int, enc_size: int, attention_size: int, coverage: bool = False):
         super().__init__()
         self.W = nn.Linear(dec_size, attention_size, bias=False)
@@ -236,6 +255,7 @@ SCORES: dict[str, type[Score]] = {  # model.attention -> its score: the one regi
     "additive": AdditiveScore,
 }
 NAMES["model.attention"] = lambda: ["none", *SCORES]  # the config's choices come from it
+NAMES["model.attention_init"] = lambda: list(dict.fromkeys(i for s in SCORES.values() for i in s.inits))
 
 
 def register_score(name: str, score: type[Score]) -> None:
@@ -250,6 +270,44 @@ def register_score(name: str, score: type[Score]) -> None:
 def build_score(dec_size: int, enc_size: int, cfg: ModelConfig) -> Score:
     """The score that `model.attention` names, for states s of dec_size and h of enc_size."""
     return SCORES[cfg.attention].build(dec_size, enc_size, cfg)
+
+
+def check_needs(cfg: Config) -> list[str]:
+    """What model.* asks of its score against what the score declares it needs (Score): the
+    one place these are checked, run with the config's other checks (config.CHECKS)."""
+    m, problems = cfg.model, []
+    score = SCORES.get(m.attention)  # None: no attention, so nothing that needs a score
+
+    def those(need: str) -> str:  # the scores that have it, for the message
+        return ", ".join(f"'{n}'" for n, s in SCORES.items() if getattr(s, need)) or "none registered"
+
+    if m.heads > 1 and not (score and score.multi_head):
+        need = f"a multi-head score ({those('multi_head')})"
+        problems.append(f"model.heads: {m.heads} heads need {need}, not '{m.attention}'")
+    elif m.heads > 1 and m.attention_size % m.heads:
+        problems.append(
+            f"model.heads: model.attention_size ({m.attention_size}) must divide into {m.heads} heads"
+        )
+    if score and score.equal_sizes and m.heads == 1 and m.enc_out_size != m.dec_hidden_size:
+        problems.append(
+            f"model.attention: {m.attention} scores need s and h of one size, but the decoder has "
+            f"{m.dec_hidden_size} and the encoder outputs {m.enc_out_size}; set model.dec_hidden_size="
+            f"{m.enc_out_size} or use 'general'"
+        )
+    if m.coverage and score and not score.reads_coverage:  # without attention: a problem said before
+        problems.append(
+            f"model.coverage: the coverage term is read by {those('reads_coverage')}, not '{m.attention}'"
+        )
+    inits = score.inits if score else ("torch",)
+    if m.attention_init not in inits:
+        known = ", ".join(f"'{n}'" for n, s in SCORES.items() if m.attention_init in s.inits)
+        problems.append(
+            f"model.attention_init: '{m.attention_init}' initialises {known}, not '{m.attention}'"
+        )
+    return problems
+
+
+CHECKS.append(check_needs)
 
 
 def sparsemax(e: Tensor) -> Tensor:

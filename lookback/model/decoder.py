@@ -138,8 +138,8 @@ class Decoder(nn.Module):
             self.maxout = nn.Linear(D + cfg.emb_size + enc_size, 2 * D)
         readout_size = D if cfg.readout == "luong" else 2 * D
         self.norm = nn.LayerNorm(readout_size) if cfg.layer_norm else nn.Identity()  # model.layer_norm
-        if cfg.attention_init == "bahdanau":
-            self.score.init_bahdanau()
+        if cfg.attention_init != "torch":  # one the score declares (Score.inits), e.g. init_bahdanau
+            getattr(self.score, f"init_{cfg.attention_init}")()
         self.out = nn.Linear(D, vocab_size)  # W_o
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight

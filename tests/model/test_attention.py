@@ -17,6 +17,7 @@ from lookback.model.attention import (
     register_score,
     tanh,
 )
+from lookback.model.seq2seq import Seq2Seq
 
 # The notes' worked example: decoder state and three encoder states (The, cat, sat).
 S_NOTES = torch.tensor([[[0.5, -0.2, 0.8]]])  # (B=1, T=1, D=3)
@@ -117,3 +118,51 @@ def test_a_registered_score_is_a_config_value_and_builds():
         register_score("nothing", object)
     with pytest.raises(ValueError, match="'none' is attention without a score"):
         register_score("none", HalfDot)
+
+
+class CoveredDot(HalfDot):
+    """A registered score that declares what it needs, as a shipped one does: one size for s
+    and h, the coverage sum, and an initialisation of its own."""
+
+    equal_sizes, reads_coverage, inits = True, True, ("torch", "zero")
+    initialised = False
+
+    def init_zero(self):
+        type(self).initialised = True
+
+
+@pytest.mark.parametrize(
+    "model, problem",
+    [
+        (
+            {"hidden_size": 8, "dec_hidden_size": 24},
+            "covered scores need s and h of one size, but the decoder has 24",
+        ),
+        ({"heads": 2}, "model.heads: 2 heads need a multi-head score ('scaled_dot'), not 'covered'"),
+        (
+            {"attention_init": "bahdanau"},
+            "model.attention_init: 'bahdanau' initialises 'additive', not 'covered'",
+        ),
+    ],
+)
+def test_a_registered_scores_declared_needs_are_checked_as_a_shipped_scores(model, problem):
+    """What a score needs is declared on its class (Score) and checked in one place
+    (attention.check_needs): nothing in config.py names a score."""
+    register_score("covered", CoveredDot)
+    try:
+        fits = {"attention": "covered", "hidden_size": 8, "dec_hidden_size": 16}
+        cfg = from_dict({"model": {**fits, "coverage": True, "attention_init": "zero"}})  # all it declares
+        with pytest.raises(ConfigError) as raised:
+            from_dict({"model": {**fits, **model}})
+        assert problem in str(raised.value)
+        # a shipped score without those needs refuses what this one takes
+        with pytest.raises(
+            ConfigError, match="the coverage term is read by 'additive', 'covered', not 'dot'"
+        ):
+            from_dict(
+                {"model": {"attention": "dot", "hidden_size": 8, "dec_hidden_size": 16, "coverage": True}}
+            )
+        Seq2Seq(cfg.model, 20, 20)  # built, its declared initialisation run
+        assert CoveredDot.initialised
+    finally:
+        SCORES.pop("covered")

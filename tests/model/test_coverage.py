@@ -164,7 +164,7 @@ def test_the_coverage_loss_starts_at_its_update():
 
 def test_coverage_config_checks():
     with pytest.raises(
-        ConfigError, match="model.coverage: the coverage term is in the additive score, not 'dot'"
+        ConfigError, match="model.coverage: the coverage term is read by 'additive', not 'dot'"
     ):
         from_dict({"model": {"attention": "dot", "coverage": True, "dec_hidden_size": 512}})
     for key in ("train.coverage_loss", "decode.coverage_penalty"):
