@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from lookback.data.read import read_parallel
-from lookback.device import cpu_name
+from lookback.device import cpu_flags, cpu_name
 from lookback.study.run import load_study
 
 HERE = Path(__file__).parent
@@ -38,7 +38,8 @@ def study_test_set(args: argparse.Namespace):
 
 def new_results(args: argparse.Namespace, spec: str, **fields) -> dict:
     """The results to fill: the device and test, and with --add the models measured before."""
-    results = {"device": f"cpu ({cpu_name()}), {torch.get_num_threads()} threads", "test": spec, **fields}
+    device = f"cpu ({cpu_name()}), {torch.get_num_threads()} threads"
+    results = {"device": device, "cpu_flags": cpu_flags(), "test": spec, **fields}
     results["models"] = {}
     if args.add and Path(args.out).exists():  # measured before: kept, and these models added or replaced
         results["models"] = json.loads(Path(args.out).read_text(encoding="utf-8"))["models"]
