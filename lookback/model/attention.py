@@ -76,6 +76,11 @@ class Score(nn.Module):
         past weights that the decoder state carries, is given to a score built to read it."""
         raise NotImplementedError
 
+    def merge(self, e: Tensor, alpha: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """e, alpha and c as `attend` gave them for this score's scores -> one of each per query:
+        (B, Q, S), (B, Q, S), (B, Q, He). A score of one head has nothing to merge."""
+        return e, alpha, c
+
 
 class DotScore(Score):
     """Dot product (Luong et al. 2015, eq. 8): e = s . h. Needs D == He.
@@ -124,7 +129,8 @@ class MultiHeadScore(Score):
         c     = LayerNorm(W^O [c^1 W^V_1; ...; c^H W^V_H])   merged back to the size of h
 
     The heads ride along the query axis, (B, H*T, S), so `attend` masks and
-    normalises them as any other scores; `merge` joins their contexts. Since
+    normalises them as any other scores; `merge` joins their contexts. Multi-head lives here
+    whole: its scores, its merge, and `ScaledDotScore.build`, which makes it for model.heads > 1. Since
     alpha^i (h W^V_i) = (alpha^i h) W^V_i, the value projection comes after the sum.
 
     The layer norm (Ba et al. 2016) is the "Norm" of the Transformer's "Add & Norm"
@@ -155,12 +161,15 @@ class MultiHeadScore(Score):
         e = q @ k.transpose(2, 3) / math.sqrt(self.d_k)  # (B, H, T, S)
         return e.reshape(B, self.heads * T, -1)  # (B, H*T, S)
 
-    def merge(self, c: Tensor) -> Tensor:
-        """The heads' contexts (B, H*T, He) -> one context (B, T, He)."""
+    def merge(self, e: Tensor, alpha: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The heads' (B, H*T, ...) -> one context from theirs (W^O, W^V, the norm), and their
+        mean scores and weights, which is what the plots, the explorer and the probes show."""
         B, HT, He = c.shape
         c = c.view(B, self.heads, HT // self.heads, He)  # (B, H, T, He)
         v = torch.einsum("bhte,hed->bthd", c, self.W_v.to(c.dtype))  # c^i W^V_i: (B, T, H, d_k)
-        return self.norm(self.W_o(v.reshape(B, HT // self.heads, -1)))  # (B, T, A) -> (B, T, He)
+        c = self.norm(self.W_o(v.reshape(B, HT // self.heads, -1)))  # (B, T, A) -> (B, T, He)
+        e, alpha = (x.view(B, self.heads, -1, x.size(-1)).mean(1) for x in (e, alpha))  # (B, T, S)
+        return e, alpha, c
 
 
 class GeneralScore(Score):

@@ -48,20 +48,37 @@ from .encoder import RNNS, EncoderOutput, drop_words
 
 
 class DecoderState(NamedTuple):
-    """What one step hands the next: small, explicit, reordered for the beam in one place."""
+    """What one step hands the next: small, explicit, reordered for the beam in one place, and
+    named here once for every path that carries it (the ONNX graph's inputs and outputs too:
+    `names`, `tensors`, `from_tensors`)."""
 
     hidden: Tensor | tuple[Tensor, Tensor]  # (L, B, D) s_{t-1}; LSTM: (s, memory cell)
     feed: Tensor  # (B, D) the previous attentional vector ~s_{t-1} (zeros at the start)
     step: int = 0  # t: output tokens made so far (local_m's window centre)
     coverage: Tensor | None = None  # (B, S) sum of the alphas so far; None without model.coverage
 
+    ROWS = {"hidden": 1, "cell": 1, "feed": 0, "coverage": 0}  # each tensor's batch (beam row) axis
+
+    @staticmethod
+    def names(lstm: bool, coverage: bool) -> list[str]:
+        """The state's tensors, by name, for a decoder of this kind (step, an int, aside)."""
+        return ["hidden", *(["cell"] if lstm else []), "feed", *(["coverage"] if coverage else [])]
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The state's tensors by name, in `names` order."""
+        hidden, cell = self.hidden if isinstance(self.hidden, tuple) else (self.hidden, None)
+        named = {"hidden": hidden, "cell": cell, "feed": self.feed, "coverage": self.coverage}
+        return {name: x for name, x in named.items() if x is not None}
+
+    @classmethod
+    def from_tensors(cls, named: dict[str, Tensor], step: int) -> DecoderState:
+        """The state back from its tensors by name (`tensors`), at output step `step`."""
+        hidden = (named["hidden"], named["cell"]) if "cell" in named else named["hidden"]
+        return cls(hidden, named["feed"], step, named.get("coverage"))
+
     def index_select(self, idx: Tensor) -> DecoderState:
-        if isinstance(self.hidden, tuple):
-            hidden = tuple(x.index_select(1, idx) for x in self.hidden)
-        else:
-            hidden = self.hidden.index_select(1, idx)
-        coverage = None if self.coverage is None else self.coverage.index_select(0, idx)
-        return DecoderState(hidden, self.feed.index_select(0, idx), self.step, coverage)
+        named = {name: x.index_select(self.ROWS[name], idx) for name, x in self.tensors().items()}
+        return self.from_tensors(named, self.step)
 
     def top(self) -> Tensor:
         """s_{t-1} of the top layer, (B, D): the query when attending from the previous state."""
@@ -120,7 +137,6 @@ class Decoder(nn.Module):
         self.input_feeding = cfg.input_feeding
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
         self.bridge = nn.Linear(enc_size, D)  # W_b
-        self.heads = cfg.heads
         self.score = None if cfg.attention == "none" else build_score(D, enc_size, cfg)
         local_window = self.attends and cfg.window != "global"
         self.window = local.LocalWindow(cfg.window, cfg.window_size, D) if local_window else None
@@ -199,7 +215,7 @@ class Decoder(nn.Module):
         if self.window is None:
             e = self._score(q, enc.keys, cov)  # (1) (B, Q, S); H heads: (B, H*Q, S)
             c, alpha = attend(e, enc.h, enc.src_mask, self.normalizer, top_k, transform=change)  # (2), (3)
-            e, alpha, c = self._merge_heads(e, alpha, c, B)  # (B, Q, S), (B, Q, S), (B, Q, He)
+            e, alpha, c = self.score.merge(e, alpha, c)  # H heads -> one: (B, Q, S), (B, Q, S), (B, Q, He)
         else:
             steps = (step + torch.arange(T, device=s.device)).repeat(R // B).expand(B, Q)  # (B, Q)
             e, alpha, c = self._attend_window(q, enc, steps, cov, top_k, change)
@@ -210,14 +226,6 @@ class Decoder(nn.Module):
     def _score(self, q: Tensor, keys: Tensor, cov: Tensor | None) -> Tensor:
         """(1) e for queries q (B, Q, D) against keys (B, S, *); with coverage (B, Q, S)."""
         return self.score(q, keys, cov)
-
-    def _merge_heads(self, e: Tensor, alpha: Tensor, c: Tensor, B: int) -> tuple[Tensor, Tensor, Tensor]:
-        """H heads' (B, H*Q, ...) -> one context from theirs, their mean scores and weights to show."""
-        if self.heads == 1:
-            return e, alpha, c
-        c = self.score.merge(c)  # (B, Q, He)
-        e, alpha = (x.view(B, self.heads, -1, x.size(-1)).mean(1) for x in (e, alpha))
-        return e, alpha, c
 
     def _attend_window(
         self,
@@ -242,7 +250,7 @@ class Decoder(nn.Module):
         prior = None if prior is None else prior.reshape(N, 1, W)
         e = self._score(q.reshape(N, 1, -1), keys, cov)  # (1) (N, 1, W); H heads: (N, H, W)
         c, alpha = attend(e, h, inside.reshape(N, W), self.normalizer, top_k, prior, change)  # (2), (3)
-        e, alpha, c = self._merge_heads(e, alpha, c, N)  # (N, 1, W), (N, 1, W), (N, 1, He)
+        e, alpha, c = self.score.merge(e, alpha, c)  # H heads -> one: (N, 1, W), (N, 1, W), (N, 1, He)
         e = local.scatter(e.float().view(B, Q, W), idx, inside, S, float("-inf"))  # (B, Q, S)
         alpha = local.scatter(alpha.view(B, Q, W), idx, inside, S, 0.0)  # (B, Q, S), 0 outside
         return e, alpha, c.view(B, Q, -1)

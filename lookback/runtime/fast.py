@@ -171,69 +171,60 @@ def _rnn_in_ops(decoder: nn.Module) -> Iterator[None]:
 
 
 class _DecoderGraph(nn.Module):
-    """One decoder step, inputs and outputs as flat tensors (names in `_names`)."""
+    """One decoder step, inputs and outputs as flat tensors, in the order of `_names`: the
+    source's, the state's (DecoderState.names) and their next values (NAME_out)."""
 
     def __init__(self, model: Seq2Seq):
         super().__init__()
         self.decoder = model.decoder
+        self.inputs = _names(model)["decoder_in"]
 
-    def forward(self, y_prev, h, src_mask, c, keys, hidden, cell, feed, step, coverage, n):
+    def forward(self, *inputs):
         d = self.decoder
-        enc = EncoderOutput(h, src_mask, c, keys)
-        state = DecoderState((hidden, cell) if d.is_lstm else hidden, feed, step, coverage)
-        out = d(y_prev, enc, state, project=False)
-        new = out.state
+        x = dict(zip(self.inputs, inputs, strict=True))
+        enc = EncoderOutput(x["h"], x["src_mask"], x["c"], x.get("keys"))
+        state = DecoderState.from_tensors(x, x["step"])
+        out = d(x["y_prev"], enc, state, project=False)
         logits = d.project(out.s_tilde[:, -1])  # (R, V), made once (a slice of it is a copy in a graph)
-        outputs = [logits, *top_tokens(logits, n)]  # (R, V), (R, n) x 2, (R, 1)
+        outputs = [logits, *top_tokens(logits, x["n"])]  # (R, V), (R, n) x 2, (R, 1)
         if out.alpha is not None:
             outputs.append(out.alpha[:, -1])  # (R, S)
-        outputs += list(new.hidden) if d.is_lstm else [new.hidden]  # (L, R, D)
-        outputs.append(new.feed)  # (R, D)
-        if new.coverage is not None:
-            outputs.append(new.coverage)  # (R, S)
-        return tuple(outputs)
+        return (
+            *outputs,
+            *out.state.tensors().values(),
+        )  # hidden (L, R, D), [cell], feed (R, D), [coverage (R, S)]
 
 
 def _names(model: Seq2Seq) -> dict[str, list[str]]:
     """The graphs' input and output names; which exist depends on the model's config."""
     d = model.decoder
-    attends, lstm, cov = d.attends, d.is_lstm, d.coverage
-    state = ["hidden", "cell"] if lstm else ["hidden"]
-    source = ["h", "src_mask", "c"] + (["keys"] if attends else [])
+    state = DecoderState.names(d.is_lstm, d.coverage)
+    source = ["h", "src_mask", "c"] + (["keys"] if d.attends else [])
+    hidden = ["hidden", "cell"] if d.is_lstm else ["hidden"]  # what the encoder hands the decoder
     return {
         "encoder_in": ["src", "src_len"],
-        "encoder_out": source + state,
-        "decoder_in": ["y_prev", *source, *state, "feed", "step"] + (["coverage"] if cov else []) + ["n"],
-        "decoder_out": ["logits", *TOP]
-        + (["alpha"] if attends else [])
-        + [f"{n}_out" for n in state]
-        + ["feed_out"]
-        + (["coverage_out"] if cov else []),
+        "encoder_out": source + hidden,
+        "decoder_in": ["y_prev", *source, *state, "step", "n"],
+        "decoder_out": ["logits", *TOP] + (["alpha"] if d.attends else []) + [f"{n}_out" for n in state],
     }
 
 
-_AXES = {  # dynamic axes by name: B batch (A in search), S source, R rows
+_AXES = {  # dynamic axes by name: B batch (A in search), S source, R rows; the state's below
     "src": {0: "B", 1: "S"},
     "src_len": {0: "B"},
     "h": {0: "B", 1: "S"},
     "src_mask": {0: "B", 1: "S"},
     "c": {0: "B"},
     "keys": {0: "B", 1: "S"},
-    "hidden": {1: "R"},
-    "cell": {1: "R"},
     "y_prev": {0: "R"},
-    "feed": {0: "R"},
-    "coverage": {0: "R", 1: "S"},
     "logits": {0: "R"},
     "top_logp": {0: "R", 1: "n"},
     "top_tokens": {0: "R", 1: "n"},
     "eos_logp": {0: "R"},
     "alpha": {0: "R", 1: "S"},
-    "hidden_out": {1: "R"},
-    "cell_out": {1: "R"},
-    "feed_out": {0: "R"},
-    "coverage_out": {0: "R", 1: "S"},
 }
+for _name, _row in DecoderState.ROWS.items():  # the state's tensors, in and out: rows, and S for coverage
+    _AXES[_name] = _AXES[f"{_name}_out"] = {_row: "R", **({1: "S"} if _name == "coverage" else {})}
 
 
 def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[Path]:
@@ -254,19 +245,18 @@ def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[P
     enc = dict(zip(names["encoder_out"], enc_outputs, strict=True))
     rows = torch.tensor([0, 0, 0, 1, 1, 1])
     R, D = len(rows), model.decoder.bridge.out_features
+    hidden = enc["hidden"].index_select(1, rows)
+    cell = enc["cell"].index_select(1, rows) if "cell" in enc else None
+    coverage = torch.zeros(R, src.size(1)) if model.decoder.coverage else None
+    state = DecoderState((hidden, cell) if cell is not None else hidden, torch.zeros(R, D), 0, coverage)
     example = {
         "y_prev": torch.full((R, 1), 5),
-        "h": enc["h"],
-        "src_mask": enc["src_mask"],
-        "c": enc["c"],
-        "keys": enc.get("keys"),
-        "hidden": enc["hidden"].index_select(1, rows),
-        "cell": enc["cell"].index_select(1, rows) if "cell" in enc else None,
-        "feed": torch.zeros(R, D),
+        **enc,
+        **state.tensors(),
         "step": torch.tensor(0),
-        "coverage": torch.zeros(R, src.size(1)) if model.decoder.coverage else None,
         "n": torch.tensor(4),  # a dynamic k: the graph's TopK reads it as an input
     }
+    example = {name: example[name] for name in names["decoder_in"]}  # the graph's order
     paths = []
     with warnings.catch_warnings(), _rnn_in_ops(model.decoder):  # the exporter's notes on traced shapes
         warnings.simplefilter("ignore")
@@ -373,24 +363,21 @@ class OnnxDecoder(nn.Module):
     def _run(self, y_prev: Tensor, enc: OnnxEncoding, state: DecoderState, n: int, wanted: list[str]):
         """One step of the graph on y_prev (R, 1): the outputs `wanted`, by name, and the next state."""
         e = enc.enc
-        hidden, cell = state.hidden if self.is_lstm else (state.hidden, None)
         feed = {
             "y_prev": y_prev,
             "h": e.h,
             "src_mask": e.src_mask,
             "c": e.c,
             "keys": e.keys,
-            "hidden": hidden,
-            "cell": cell,
-            "feed": state.feed,
+            **state.tensors(),
             "step": torch.tensor(state.step),
-            "coverage": state.coverage,
             "n": torch.tensor(n),
         }
         ort_in = {name: feed[name].contiguous().numpy() for name in self.inputs}
         out = dict(zip(wanted, map(torch.from_numpy, self.session.run(wanted, ort_in)), strict=True))
-        new_hidden = (out["hidden_out"], out["cell_out"]) if self.is_lstm else out["hidden_out"]
-        next_state = DecoderState(new_hidden, out["feed_out"], state.step + 1, out.get("coverage_out"))
+        next_state = DecoderState.from_tensors(
+            {name.removesuffix("_out"): x for name, x in out.items() if name.endswith("_out")}, state.step + 1
+        )
         alpha = out.get("alpha")
         alpha = None if alpha is None else alpha.unsqueeze(1)  # (R, 1, S)
         logits = out["logits"].unsqueeze(1) if "logits" in out else None  # (R, 1, V)

@@ -175,7 +175,9 @@ def test_multi_head_scores_and_merge_by_hand():
     assert e.shape == (1, 2, 2) and e[0].tolist() == [[1.0, 2.0], [-2.0, 0.0]]
     c, alpha = attend(e, h, torch.ones(1, 2, dtype=torch.bool))
     a1, a2 = alpha[0].tolist()  # each head's softmax: a1 = [.2689, .7311], a2 = [.1192, .8808]
-    merged = score.merge(c)  # head 1 takes c^1's 1st entry, head 2 c^2's 2nd, then the layer norm
+    e_mean, alpha_mean, merged = score.merge(e, alpha, c)  # head 1 takes c^1's 1st entry, head 2 c^2's 2nd
+    assert e_mean.tolist() == [[[-0.5, 1.0]]]  # the heads' mean scores and weights, which the plots show
+    assert alpha_mean[0, 0].tolist() == pytest.approx([(a1[0] + a2[0]) / 2, (a1[1] + a2[1]) / 2])
     x = [a1[0] * 1 + a1[1] * 2, a2[0] * 1 + a2[1] * 0]  # W^O [c^1 W^V_1; c^2 W^V_2] = [1.731, 0.119]
     d = (x[0] - x[1]) / 2  # layer norm of 2 numbers: mean (x1 + x2) / 2, variance d^2 (+ eps 1e-5)
     expected = [d / math.sqrt(d * d + 1e-5), -d / math.sqrt(d * d + 1e-5)]
@@ -188,11 +190,12 @@ def test_multi_head_context_keeps_its_scale_when_the_projections_grow():
     torch.manual_seed(0)
     score = MultiHeadScore(dec_size=6, enc_size=8, attention_size=4, heads=2)
     s, h = torch.randn(2, 3, 6), torch.randn(2, 5, 8)
-    c, _ = attend(score(s, score.keys(h)), h, torch.ones(2, 5, dtype=torch.bool))
-    before = score.merge(c)
+    e = score(s, score.keys(h))
+    c, alpha = attend(e, h, torch.ones(2, 5, dtype=torch.bool))
+    before = score.merge(e, alpha, c)[2]
     with torch.no_grad():
         score.W_o.weight.mul_(100)
-    after = score.merge(c)
+    after = score.merge(e, alpha, c)[2]
     assert torch.allclose(before, after, atol=1e-3)  # the same up to the norm's eps
     assert before.pow(2).mean(-1).allclose(torch.ones(2, 3), atol=1e-2)  # unit scale per position
 

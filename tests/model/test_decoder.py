@@ -93,3 +93,30 @@ def test_the_decoder_returns_every_quantity_of_the_step():
     assert torch.allclose(out.logits, model.decoder.out(out.s_tilde), atol=1e-6)  # dropout is 0
     masked = out.e.masked_fill(~enc.src_mask.unsqueeze(1), float("-inf"))
     assert torch.allclose(out.alpha, torch.softmax(masked, -1), atol=1e-6)  # (2) alpha = softmax(e)
+
+
+@pytest.mark.parametrize("lstm,coverage", [(False, False), (True, True)])
+def test_the_state_is_named_once_and_comes_back_from_its_tensors(lstm, coverage):
+    """DecoderState names its tensors (the ONNX graph's inputs and NAME_out outputs come from
+    `names`), gives them by name and is rebuilt from them; a beam's reorder moves each tensor
+    along its own row axis."""
+    from lookback.model.decoder import DecoderState
+
+    L, R, D, S = 2, 3, 4, 5
+    hidden = (torch.randn(L, R, D), torch.randn(L, R, D)) if lstm else torch.randn(L, R, D)
+    state = DecoderState(hidden, torch.randn(R, D), 7, torch.rand(R, S) if coverage else None)
+    names = DecoderState.names(lstm, coverage)
+    assert names == ["hidden", *(["cell"] if lstm else []), "feed", *(["coverage"] if coverage else [])]
+    assert list(state.tensors()) == names
+    back = DecoderState.from_tensors(state.tensors(), state.step)
+    assert back.step == 7 and all(
+        torch.equal(a, b) for a, b in zip(back.tensors().values(), state.tensors().values(), strict=True)
+    )
+    idx = torch.tensor([2, 2, 0])
+    moved = state.index_select(idx).tensors()
+    for name, x in state.tensors().items():
+        rows = DecoderState.ROWS[name]
+        assert torch.equal(moved[name], x.index_select(rows, idx)) and moved[name].shape[rows] == R
+    assert moved["feed"][0].equal(state.feed[2]) and moved["hidden"][:, 1].equal(
+        state.tensors()["hidden"][:, 2]
+    )
