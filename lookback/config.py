@@ -109,13 +109,17 @@ class TokenizerConfig:
 
 @dataclass
 class ModelConfig:
-    cell: Literal["rnn", "gru", "lstm"] = "gru"  # recurrent cell of encoder and decoder
+    encoder: Literal["rnn", "transformer"] = "rnn"  # reads the source: an RNN, or attention only
+    decoder: Literal["rnn", "transformer"] = "rnn"  # generates: an RNN that attends, or attention only
+    cell: Literal["rnn", "gru", "lstm"] = "gru"  # recurrent cell of an RNN encoder and decoder
     emb_size: int = at_least(256, 1)  # embedding size, source and target
-    hidden_size: int = at_least(256, 1)  # encoder hidden size per direction
-    dec_hidden_size: int = at_least(256, 1)  # decoder hidden size (s)
+    hidden_size: int = at_least(256, 1)  # encoder hidden size per direction (transformer: its d)
+    dec_hidden_size: int = at_least(256, 1)  # decoder hidden size (s; transformer: its d)
     enc_layers: int = at_least(1, 1)  # stacked encoder layers
     dec_layers: int = at_least(1, 1)  # stacked decoder layers
-    bidirectional: bool = True  # encoder reads both ways; h_i = [fwd_i; bwd_i]
+    bidirectional: bool = True  # an RNN encoder reads both ways; h_i = [fwd_i; bwd_i]
+    ff_size: int = at_least(1024, 1)  # transformer: inner size of each layer's feed-forward W_1
+    norm_position: Literal["pre", "post"] = "pre"  # transformer: LayerNorm before each sub-layer, or after
     dropout: float = ranged(0.3, *_FRACTION)  # on embeddings, between layers and before the output layer
     word_dropout: float = ranged(0.0, *_FRACTION)  # zero whole source and target words in training
     attention: str = named(  # score(s, h): none, or a name in attention.SCORES
@@ -125,12 +129,12 @@ class ModelConfig:
     )
     normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"  # scores e -> weights alpha
     attention_size: int = at_least(256, 1)  # additive: size of W s + U h; multi-head: of all heads' q, k
-    heads: int = at_least(1, 1)  # scaled_dot: attention heads, each attention_size / heads wide
+    heads: int = at_least(1, 1)  # scaled_dot and transformers: attention heads, attention_size / heads wide
     window: Literal["global", "local_m", "local_p"] = "global"  # attend to all of h, or a window (local.py)
     window_size: int = at_least(10, 1)  # local: half-width D, 2D + 1 states per step (Luong: 10)
     coverage: bool = False  # additive: the running sum of past alphas joins the score (See et al. 2017)
     readout: Literal["luong", "bahdanau"] = "luong"  # ~s_t = tanh(W_c [s; c]) or Bahdanau's maxout
-    context: Literal["final", "mean"] = "final"  # attention none: c = final state, or mean of h
+    context: Literal["final", "mean"] = "final"  # c = an RNN's final state, or mean of h (transformer: mean)
     attend_from: Literal["current", "previous"] = "current"  # query s_t (Luong) or s_{t-1} (Bahdanau)
     input_feeding: bool = False  # feed the previous attentional vector into the decoder RNN
     tie_embeddings: bool = False  # share target embeddings with the output layer
@@ -141,7 +145,10 @@ class ModelConfig:
 
     @property
     def enc_out_size(self) -> int:
-        """He, the size of each encoder state h_i and of the fixed context c: H x directions."""
+        """He, the size of each encoder state h_i and of the fixed context c: H x directions
+        (a transformer encoder's d: hidden_size)."""
+        if self.encoder == "transformer":
+            return self.hidden_size
         return self.hidden_size * (2 if self.bidirectional else 1)
 
 

@@ -290,14 +290,16 @@ def check_needs(cfg: Config) -> list[str]:
     def those(need: str) -> str:  # the scores that have it, for the message
         return ", ".join(f"'{n}'" for n, s in SCORES.items() if getattr(s, need)) or "none registered"
 
-    if m.heads > 1 and not (score and score.multi_head):
-        need = f"a multi-head score ({those('multi_head')})"
+    transformer = "transformer" in (m.encoder, m.decoder)  # its layers have heads whatever the score
+    if m.heads > 1 and not (score and score.multi_head) and not transformer:
+        need = f"a multi-head score ({those('multi_head')}) or a transformer"
         problems.append(f"model.heads: {m.heads} heads need {need}, not '{m.attention}'")
     elif m.heads > 1 and m.attention_size % m.heads:
         problems.append(
             f"model.heads: model.attention_size ({m.attention_size}) must divide into {m.heads} heads"
         )
-    if score and score.equal_sizes and m.heads == 1 and m.enc_out_size != m.dec_hidden_size:
+    rnn_reads_h = m.decoder == "rnn" and m.heads == 1  # a transformer decoder projects s and h first
+    if score and score.equal_sizes and rnn_reads_h and m.enc_out_size != m.dec_hidden_size:
         problems.append(
             f"model.attention: {m.attention} scores need s and h of one size, but the decoder has "
             f"{m.dec_hidden_size} and the encoder outputs {m.enc_out_size}; set model.dec_hidden_size="
@@ -357,7 +359,8 @@ def attend(
     Args:
         e: scores (B, T, S).
         h: encoder states (B, S, He).
-        src_mask: (B, S) bool, True at real tokens; padding gets weight 0.
+        src_mask: (B, S) bool, True at real tokens; padding gets weight 0. Or a mask per query,
+            (B or 1, T, S), True where it may look: a decoder's self-attention must not read ahead.
         normalizer: softmax (the notes'), sparsemax or entmax15.
         top_k: keep only the top_k weights of each step, renormalised (0: all of them).
         prior: log-weights added to the scores before normalising (B, T or 1, S), e.g. the
@@ -369,7 +372,8 @@ def attend(
         c: contexts (B, T, He), and alpha: weights (B, T, S), each row summing to 1.
     """
     e = e.float() if prior is None else e.float() + prior.float()  # float32 even under autocast
-    e = e.masked_fill(~src_mask.unsqueeze(1), float("-inf"))
+    mask = src_mask.unsqueeze(1) if src_mask.dim() == 2 else src_mask  # (B or 1, 1 or T, S)
+    e = e.masked_fill(~mask, float("-inf"))
     alpha = NORMALIZERS[normalizer](e)
     if top_k:
         alpha = keep_top(alpha, top_k)

@@ -52,29 +52,39 @@ class DecoderState(NamedTuple):
     named here once for every path that carries it (the ONNX graph's inputs and outputs too:
     `names`, `tensors`, `from_tensors`)."""
 
-    hidden: Tensor | tuple[Tensor, Tensor]  # (L, B, D) s_{t-1}; LSTM: (s, memory cell)
-    feed: Tensor  # (B, D) the previous attentional vector ~s_{t-1} (zeros at the start)
-    step: int = 0  # t: output tokens made so far (local_m's window centre)
+    hidden: Tensor | tuple[Tensor, Tensor] | None  # (L, B, D) s_{t-1}; LSTM: (s, memory cell)
+    feed: Tensor | None  # (B, D) the previous attentional vector ~s_{t-1} (zeros at the start)
+    step: int = 0  # t: output tokens made so far (local_m's window centre, a transformer's position)
     coverage: Tensor | None = None  # (B, S) sum of the alphas so far; None without model.coverage
+    cache: Tensor | None = None  # (L, B, t, 2A) a transformer decoder's keys and values of the t steps
 
-    ROWS = {"hidden": 1, "cell": 1, "feed": 0, "coverage": 0}  # each tensor's batch (beam row) axis
+    ROWS = {"hidden": 1, "cell": 1, "feed": 0, "coverage": 0, "cache": 1}  # each tensor's beam row axis
 
     @staticmethod
-    def names(lstm: bool, coverage: bool) -> list[str]:
-        """The state's tensors, by name, for a decoder of this kind (step, an int, aside)."""
+    def names(lstm: bool, coverage: bool, transformer: bool = False) -> list[str]:
+        """The state's tensors, by name, for a decoder of this kind (step, an int, aside): an RNN
+        decoder's, or a transformer decoder's cache."""
+        if transformer:
+            return ["cache"]
         return ["hidden", *(["cell"] if lstm else []), "feed", *(["coverage"] if coverage else [])]
 
     def tensors(self) -> dict[str, Tensor]:
         """The state's tensors by name, in `names` order."""
         hidden, cell = self.hidden if isinstance(self.hidden, tuple) else (self.hidden, None)
-        named = {"hidden": hidden, "cell": cell, "feed": self.feed, "coverage": self.coverage}
+        named = {
+            "hidden": hidden,
+            "cell": cell,
+            "feed": self.feed,
+            "coverage": self.coverage,
+            "cache": self.cache,
+        }
         return {name: x for name, x in named.items() if x is not None}
 
     @classmethod
     def from_tensors(cls, named: dict[str, Tensor], step: int) -> DecoderState:
         """The state back from its tensors by name (`tensors`), at output step `step`."""
-        hidden = (named["hidden"], named["cell"]) if "cell" in named else named["hidden"]
-        return cls(hidden, named["feed"], step, named.get("coverage"))
+        hidden = (named["hidden"], named["cell"]) if "cell" in named else named.get("hidden")
+        return cls(hidden, named.get("feed"), step, named.get("coverage"), named.get("cache"))
 
     def index_select(self, idx: Tensor) -> DecoderState:
         named = {name: x.index_select(self.ROWS[name], idx) for name, x in self.tensors().items()}

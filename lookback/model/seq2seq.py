@@ -3,6 +3,10 @@
 Notes, Appendix A.3-4: during training the decoder is fed the true previous
 word y*_{t-1} (teacher forcing) and the loss is J = -sum_t log P(y*_t | y*_<t, x).
 
+The encoder and the decoder are chosen apart (model.encoder, model.decoder): an RNN
+(encoder.py, decoder.py) or attention only (transformer.py), so that the notes' next
+step, removing one RNN at a time, is two config keys.
+
 Legend: B batch, S source length, T target length, V target vocabulary.
 """
 
@@ -20,6 +24,10 @@ from .decoder import SOFT, Decoder, DecoderOutput, Look
 from .encoder import Encoder, EncoderOutput
 from .guided import guide_at, guided_loss
 from .sampling import mixed_inputs, sampled_forward, truth_probability
+from .transformer import TransformerDecoder, TransformerEncoder
+
+ENCODERS = {"rnn": Encoder, "transformer": TransformerEncoder}  # model.encoder -> its class
+DECODERS = {"rnn": Decoder, "transformer": TransformerDecoder}  # model.decoder -> its class
 
 
 class LossTerms(NamedTuple):
@@ -49,8 +57,8 @@ PLAIN = LossTerms()  # cross-entropy alone, teacher-forced
 class Seq2Seq(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
-        self.encoder = Encoder(src_vocab, cfg)
-        self.decoder = Decoder(tgt_vocab, self.encoder.out_size, cfg)
+        self.encoder = ENCODERS[cfg.encoder](src_vocab, cfg)
+        self.decoder = DECODERS[cfg.decoder](tgt_vocab, self.encoder.out_size, cfg)
 
     def encode(self, src: Tensor, src_len: Tensor) -> EncoderOutput:
         """Encoder states, fixed context and precomputed attention keys for src (B, S)."""
@@ -108,8 +116,8 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
     for emb in (model.encoder.embed, model.decoder.embed):
         nn.init.normal_(emb.weight, std=cfg.emb_size**-0.5)  # N(0, 1) would saturate tanh
         emb.weight.data[PAD].zero_()
-    if cfg.layer_norm:  # the scale of the h_i the score reads: its own choice (attention.py), or norm_gain
-        score = model.decoder.score
+    if cfg.layer_norm and cfg.encoder == "rnn":  # the scale of the h_i the score reads: its own, or norm_gain
+        score = getattr(model.decoder, "score", None)
         own = score.h_gain(cfg.enc_out_size) if score is not None else 1.0
         nn.init.constant_(model.encoder.norm.weight, cfg.norm_gain if cfg.norm_gain is not None else own)
     return model

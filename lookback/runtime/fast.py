@@ -77,6 +77,11 @@ def supports_onnx(model: nn.Module) -> None:
     """Raise ValueError when part of `model` is not in the ONNX graphs."""
     if not isinstance(model, Seq2Seq):
         raise ValueError("--backend onnxruntime runs one model; an ensemble runs on --backend torch")
+    kinds = {model.encoder.__class__.__name__, model.decoder.__class__.__name__}
+    if kinds != {"Encoder", "Decoder"}:
+        raise ValueError(
+            "the ONNX graphs hold RNN encoders and decoders only; a transformer runs on --backend torch"
+        )
 
 
 def _require_onnxruntime():

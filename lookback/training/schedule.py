@@ -67,7 +67,8 @@ def parameter_groups(model: Seq2Seq, cfg: TrainConfig) -> list[dict[str, Any]]:
     at the rate times their `lr_scale` (train.attention_lr, else the score's own), the rest at
     the rate."""
     d = model.decoder
-    scale = cfg.attention_lr if cfg.attention_lr is not None else getattr(d.score, "lr_scale", 1.0)
+    score = getattr(d, "score", None)  # a transformer decoder has one per layer, each at lr_scale 1
+    scale = cfg.attention_lr if cfg.attention_lr is not None else getattr(score, "lr_scale", 1.0)
     own = d.attention_parameters()
     if scale == 1.0 or not own:
         return [{"params": list(model.parameters())}]

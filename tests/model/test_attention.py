@@ -138,7 +138,10 @@ class CoveredDot(HalfDot):
             {"hidden_size": 8, "dec_hidden_size": 24},
             "covered scores need s and h of one size, but the decoder has 24",
         ),
-        ({"heads": 2}, "model.heads: 2 heads need a multi-head score ('scaled_dot'), not 'covered'"),
+        (
+            {"heads": 2},
+            "model.heads: 2 heads need a multi-head score ('scaled_dot') or a transformer, not 'covered'",
+        ),
         (
             {"attention_init": "bahdanau"},
             "model.attention_init: 'bahdanau' initialises 'additive', not 'covered'",

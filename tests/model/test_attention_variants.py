@@ -226,7 +226,9 @@ def test_multi_head_in_every_wiring(cell, feeding, attend_from):
 
 def test_multi_head_config_checks():
     with pytest.raises(
-        ConfigError, match="model.heads: 2 heads need a multi-head score \\('scaled_dot'\\), not 'additive'"
+        ConfigError,
+        match="model.heads: 2 heads need a multi-head score \\('scaled_dot'\\) or a transformer, "
+        "not 'additive'",
     ):
         from_dict({"model": {"heads": 2}})
     with pytest.raises(ConfigError, match=r"model.attention_size \(10\) must divide into 4 heads"):
