@@ -33,6 +33,7 @@ RUNS = {
     "onnx-agreement": "does ONNX Runtime translate as PyTorch does, on a real test set",
     "same-translations": "do two versions of lookback translate a trained model identically",
     "written-out-gru": "a GRU with its backward written out, against nn.GRU",
+    "transformer-cache": "a transformer's search with its key-value cache, against recomputing the prefix",
 }
 
 

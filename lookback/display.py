@@ -159,7 +159,22 @@ def step(tr: Any, st: Any) -> str:
     name = "(3) context c_t" if st.weights is not None else f"context c ({NO_ATTENTION})"
     context = f'<p class="muted">{name}: {st.context_size} numbers, |c| = {st.context_norm:.3f}{moved}</p>'
     nxt = " · ".join(f"{escape(tok)} {q:.3f}" for tok, q in st.top)
-    return f'{title}{table}{context}<p class="muted">most probable next tokens: {nxt}</p>'
+    return f'{title}{table}{context}{_heads(tr, st)}<p class="muted">most probable next tokens: {nxt}</p>'
+
+
+def _heads(tr: Any, st: Any) -> str:
+    """A transformer's step: its weights in every layer and head, over the source and over the
+    output so far (its masked self-attention); '' for an RNN decoder."""
+    if not st.heads:
+        return ""
+    labels = [f"layer {i + 1}, head {h + 1}" for i, layer in enumerate(st.heads) for h in range(len(layer))]
+    flat = lambda layers: [w for layer in layers for w in layer]  # noqa: E731  [layer][head] -> rows
+    before = ["<s>", *tr.tokens][: st.index]
+    return (
+        "<p class=\"muted\">α above is the top layer's heads' mean; each layer and head, over the source "
+        "and over the output so far:</p>"
+        f"{heatmap(flat(st.heads), labels, tr.src_tokens)}{heatmap(flat(st.self_weights), labels, before)}"
+    )
 
 
 def _trace_head(tr: Any) -> str:

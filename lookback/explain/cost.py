@@ -9,8 +9,10 @@ own counter (torch.utils.flop_counter.FlopCounterMode, which counts matrix
 products: the elementwise add, tanh and exp are left out; for additive
 attention they are about as much again as its S-dependent products).
 
-    keys        once per sentence: what the score precomputes from h (U h, W h, W^K h)
-    attention   per step: (1) score, (2) normalise, (3) combine (Decoder.context)
+    keys        once per sentence: what the score precomputes from h (U h, W h, W^K h; a
+                transformer decoder: every layer's keys and values of h)
+    attention   per step: (1) score, (2) normalise, (3) combine (Decoder.context; a transformer
+                decoder: every layer's attention over the source, its self-attention aside)
     step        per step: the whole decoder step, the output layer over V included
 
 Legend: S source length, T output length, V target vocabulary.
@@ -46,6 +48,13 @@ def step_flops(model: Seq2Seq, S: int) -> dict:
     step = _flops(lambda: dec(y, enc, state))
     if not dec.attends:
         keys = attention = 0
+    elif hasattr(dec, "layers"):  # attention only: every layer's attention over the source
+        keys = _flops(lambda: dec.prepare(enc))
+        q = enc.h.new_zeros(1, 1, dec.state_size)  # any query costs the same
+        attention = sum(
+            _flops(lambda i=i, layer=layer: layer.src_attn(q, enc.keys[:, :, i], enc.src_mask))
+            for i, layer in enumerate(dec.layers)
+        )
     else:
         keys = _flops(lambda: dec.score.keys(enc.h))
         query = state.top().unsqueeze(1)  # (1, 1, D): any query costs the same

@@ -48,6 +48,9 @@ class Step:
     context_norm: float  # |c_t|
     context_change: float | None  # |c_t - c_{t-1}|; None at the first step
     gradient: list[float] | None = None  # integrated gradients of log P(token) per source piece
+    # a transformer decoder's every attention at this step (None for an RNN decoder):
+    heads: list[list[list[float]]] | None = None  # [layer][head][i]: weights over the source
+    self_weights: list[list[list[float]]] | None = None  # [layer][head][j]: over <s> y_1 .. y_{t-1}
 
 
 @dataclass
@@ -65,6 +68,8 @@ class Trace:
     steps: list[Step]
     agreement: dict | None = None  # attention vs gradients over the steps (attribution.agreement)
     diagnostics: dict | None = None  # the sentence's attention diagnostics (diagnostics.py)
+    encoder_self: list[list[list[list[float]]]] | None = None  # [layer][head][i][j]: a transformer
+    # encoder's self-attention, source piece i's weights over the pieces j; None for an RNN encoder
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -128,6 +133,10 @@ def trace(
                 context_norm=float(c[t].norm()),
                 context_change=None if t == 0 else float((c[t] - c[t - 1]).norm()),
                 gradient=None if grads is None else grads[t].tolist(),
+                heads=None if out.heads is None else out.heads[0, t].float().tolist(),
+                self_weights=None
+                if out.self_alpha is None
+                else out.self_alpha[0, t, :, :, : t + 1].float().tolist(),
             )
         )
     alpha = None if out.alpha is None else out.alpha[0].float().cpu()  # (T + 1, S), </s> included
@@ -145,6 +154,7 @@ def trace(
         steps=steps,
         agreement=None if alpha is None or grads is None else agreement(alpha, grads),
         diagnostics=None if alpha is None else sentence_diagnostics(alpha[:-1], hyp.src_tokens),
+        encoder_self=None if enc.self_alpha is None else enc.self_alpha[0].float().tolist(),
     )
 
 

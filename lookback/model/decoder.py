@@ -129,12 +129,25 @@ class DecoderOutput(NamedTuple):
     s_tilde: Tensor  # (B, T, D) attentional vectors ~s_t
     logits: Tensor | None  # (B, T, V) unnormalised log P(y_t); None when not projected
     state: DecoderState  # after the last step
+    # a transformer decoder's every attention, per layer and head (None for an RNN decoder):
+    heads: Tensor | None = None  # (B, T, L, H, S) over the source; alpha is the top layer's mean
+    self_alpha: Tensor | None = None  # (B, T, L, H, P) over the target steps so far, P in all
 
     @staticmethod
     def cat(steps: list[DecoderOutput]) -> DecoderOutput:
-        """One output from consecutive steps: every field joined along T, the last state."""
-        fields = zip(*(o[:-1] for o in steps), strict=True)  # each field, step by step
-        return DecoderOutput(*(None if xs[0] is None else torch.cat(xs, 1) for xs in fields), steps[-1].state)
+        """One output from consecutive steps: every field joined along T, the last state. The
+        self-attention of step t reads P_t positions: zeros past them, as the future mask gives."""
+        joined = {}
+        for name in DecoderOutput._fields:
+            xs = [getattr(o, name) for o in steps]
+            if name == "state" or xs[0] is None:
+                joined[name] = steps[-1].state if name == "state" else None
+                continue
+            if name == "self_alpha":
+                P = max(x.size(-1) for x in xs)
+                xs = [torch.nn.functional.pad(x, (0, P - x.size(-1))) for x in xs]
+            joined[name] = torch.cat(xs, 1)
+        return DecoderOutput(**joined)
 
 
 class Decoder(nn.Module):

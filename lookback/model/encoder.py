@@ -31,6 +31,7 @@ class EncoderOutput(NamedTuple):
     src_mask: Tensor  # (B, S) bool, True at real tokens
     c: Tensor  # (B, He) the fixed-size context: final state or mean of h (model.context)
     keys: Tensor | None = None  # (B, S, *) attention keys, precomputed once (e.g. U h)
+    self_alpha: Tensor | None = None  # (B, L, H, S, S) a transformer encoder's self-attention weights
 
     def index_select(self, idx: Tensor) -> EncoderOutput:
         """Pick (or repeat) sentences along the batch, e.g. to give each beam a copy."""

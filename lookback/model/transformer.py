@@ -38,6 +38,7 @@ A all heads' attention size, H heads, L layers, V target vocabulary.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -47,6 +48,8 @@ from ..data.tokenizer import PAD
 from .attention import ScaledDotScore, attend
 from .decoder import SOFT, DecoderOutput, DecoderState, Look
 from .encoder import EncoderOutput, drop_words
+
+Change = Callable[[Tensor, Tensor], Tensor]  # alpha, src_mask -> the weights to use instead
 
 
 def positions(start: int, T: int, d: int, device: torch.device | None = None) -> Tensor:
@@ -86,18 +89,25 @@ class MultiHeadAttention(nn.Module):
         """Every head's keys and values of the states h (B, S, *): (B, S, 2A)."""
         return self.W_kv(h)
 
-    def forward(self, s: Tensor, kv: Tensor, mask: Tensor, top_k: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self, s: Tensor, kv: Tensor, mask: Tensor, top_k: int = 0, change: Change | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries s (B, Q, d) attend over keys and values kv (B, S, 2A) from `keys`.
 
         mask: (B, S) True at real tokens, or (1, Q, S) True where a query may look.
+        top_k: keep each head's k largest weights (hard attention at inference; 0: all).
+        change: alpha (B, H*Q, S), mask (B, S) -> the weights to use instead (a counterfactual,
+            which sees every head of a sentence as more queries of it, as in MultiHeadScore).
         Returns c (B, Q, d) and each head's e and alpha (B, H, Q, S)."""
         (B, Q, _), S, H = s.shape, kv.size(1), self.heads
         q = self.W_q(s).view(B, Q, H, self.d_k).transpose(1, 2).reshape(B * H, Q, self.d_k)
         k, v = kv.reshape(B, S, 2, H, self.d_k).permute(2, 0, 3, 1, 4).reshape(2, B * H, S, self.d_k)
         e = self.score(q, k)  # (1) (B*H, Q, S)
-        if mask.size(0) > 1:
-            mask = mask.repeat_interleave(H, 0)  # each sentence's mask for each of its heads
-        c, alpha = attend(e, v, mask, self.normalizer, top_k)  # (2), (3): (B*H, Q, d_k), (B*H, Q, S)
+        transform = None
+        if change is not None:  # heads along the queries and back: (B*H, Q, S) <-> (B, H*Q, S)
+            transform = lambda alpha, _: change(alpha.reshape(B, H * Q, S), mask).reshape(B * H, Q, S)  # noqa: E731
+        per_head = mask.repeat_interleave(H, 0) if mask.size(0) > 1 else mask  # each sentence's, per head
+        c, alpha = attend(e, v, per_head, self.normalizer, top_k, transform=transform)  # (2), (3)
         c = c.view(B, H, Q, self.d_k).transpose(1, 2).reshape(B, Q, H * self.d_k)  # [c^1; ...; c^H]
         return self.W_o(c), e.view(B, H, Q, S), alpha.view(B, H, Q, S)
 
@@ -165,11 +175,13 @@ class TransformerEncoder(nn.Module):
         x = (self.embed(src) if x is None else x) * math.sqrt(d)  # (B, S, d)
         x = drop_words(x, self.word_dropout, self.training)
         h = self.dropout(x + positions(0, S, d, src.device))
+        weights = []
         for layer in self.layers:
-            h, _ = layer(h, src_mask)
+            h, alpha = layer(h, src_mask)
+            weights.append(alpha)
         h = self.norm(h)
         c = (h * src_mask.unsqueeze(-1)).sum(1) / src_len.to(h.dtype).unsqueeze(-1)  # (B, d)
-        return EncoderOutput(h, src_mask, c)
+        return EncoderOutput(h, src_mask, c, self_alpha=torch.stack(weights, 1))  # (B, L, H, S, S)
 
 
 class DecoderLayer(nn.Module):
@@ -181,13 +193,22 @@ class DecoderLayer(nn.Module):
         self.sub = Sublayers(d, 3, cfg)
 
     def forward(
-        self, s: Tensor, cache: Tensor, future: Tensor, memory: Tensor, src_mask: Tensor, top_k: int
+        self,
+        s: Tensor,
+        cache: Tensor,
+        future: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        top_k: int = 0,
+        change: Change | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """T new steps s (R, T, d), this layer's cached keys and values of the steps before
         (R, P - T, 2A), `future` (1, T, P) and the source's keys and values `memory` (B, S, 2A)
-        with src_mask (B, S). Returns s (R, T, d), the cache with the T steps (R, P, 2A), the
-        self-attention's weights (R, H, T, P), and the source attention's context c (R, T, d)
-        and its e and alpha (R, H, T, S)."""
+        with src_mask (B, S); `top_k` and `change` as `Look` says, for the source attention.
+
+        Returns s (R, T, d), the cache with the T steps (R, P, 2A), the self-attention's weights
+        (R, H, T, P), and the source attention's context c (R, T, d) and its e and alpha
+        (R, H, T, S)."""
         (R, T, d), B = s.shape, memory.size(0)
         x = self.sub.input(s, 0)  # 1) masked self-attention over the steps so far
         cache = torch.cat([cache.to(x.dtype), self.self_attn.keys(x)], 1)  # (R, P, 2A)
@@ -195,7 +216,7 @@ class DecoderLayer(nn.Module):
         s = self.sub.add(s, c, 0)
         # 2) attention over the source; the K rows of a sentence's beams read its h once, as K x T queries
         q = self.sub.input(s, 1).reshape(B, R // B * T, d)  # (B, Q, d)
-        c, e, alpha = self.src_attn(q, memory, src_mask, top_k)  # (B, Q, d), (B, H, Q, S)
+        c, e, alpha = self.src_attn(q, memory, src_mask, top_k, change)  # (B, Q, d), (B, H, Q, S)
         c = c.view(R, T, d)
         s = self.sub.add(s, c, 1)
         s = self.sub.add(s, self.ffn(self.sub.input(s, 2)), 2)  # 3) feed-forward
@@ -221,6 +242,7 @@ class TransformerDecoder(nn.Module):
         super().__init__()
         d = self.state_size = cfg.dec_hidden_size
         self.attention = cfg.attention
+        self.normalizer = cfg.normalizer  # step (2) in every attention: softmax, sparsemax or entmax15
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
         self.layers = nn.ModuleList(DecoderLayer(d, enc_size, cfg) for _ in range(cfg.dec_layers))
         self.norm = nn.LayerNorm(d) if cfg.norm_position == "pre" else nn.Identity()  # the stack's last
@@ -256,21 +278,16 @@ class TransformerDecoder(nn.Module):
         """Run T steps on the previous tokens y_prev (R, T), after the state's cached steps: the
         whole target at once in teacher forcing, one token at a time in search. `stepwise` runs
         one step at a time through the cache (the same numbers, slower); `look`: hard attention
-        (its top_k, in every layer and head)."""
-        if look.change is not None:
-            raise ValueError(
-                "a counterfactual attention changes one alpha per step; a transformer decoder has one "
-                "per layer and head: use an RNN decoder"
-            )
+        or a counterfactual, in every layer's and head's attention over the source."""
         x = self.embed_inputs(y_prev)  # (R, T, d)
         if stepwise and y_prev.size(1) > 1:
             steps = []
             for t in range(y_prev.size(1)):
-                steps.append(self._steps(x[:, t : t + 1], enc, state, look.top_k))
+                steps.append(self._steps(x[:, t : t + 1], enc, state, look))
                 state = steps[-1].state
             out = DecoderOutput.cat(steps)
         else:
-            out = self._steps(x, enc, state, look.top_k)
+            out = self._steps(x, enc, state, look)
         return out._replace(logits=self.project(out.s_tilde)) if project else out
 
     def project(self, s_tilde: Tensor) -> Tensor:
@@ -282,20 +299,28 @@ class TransformerDecoder(nn.Module):
         x = self.embed(y_prev) * math.sqrt(self.state_size)
         return drop_words(x, self.word_dropout, self.training)
 
-    def _steps(self, x: Tensor, enc: EncoderOutput, state: DecoderState, top_k: int) -> DecoderOutput:
+    def _steps(self, x: Tensor, enc: EncoderOutput, state: DecoderState, look: Look) -> DecoderOutput:
         """T steps on the embedded previous tokens x (R, T, d), after state.step cached ones."""
         (_, T, d), past = x.shape, state.step
         s = self.dropout(x + positions(past, T, d, x.device))  # (R, T, d)
         future = future_mask(past, T, x.device)  # (1, T, P)
-        caches = []
+        change = None if look.change is None else lambda alpha, mask: look.change(alpha, mask, past)
+        caches, heads, self_heads = [], [], []
         for i, layer in enumerate(self.layers):
             memory = enc.keys[:, :, i]  # (B, S, 2A)
-            s, cache, _, c, e, alpha = layer(s, state.cache[i], future, memory, enc.src_mask, top_k)
+            s, cache, self_alpha, c, e, alpha = layer(
+                s, state.cache[i], future, memory, enc.src_mask, look.top_k, change
+            )
             caches.append(cache)
+            heads.append(alpha)
+            self_heads.append(self_alpha)
         s = self.norm(s)  # (R, T, d): what W_o reads, the RNN decoder's ~s_t
-        e, alpha = e.mean(1), alpha.mean(1)  # the top layer's heads' mean: (R, T, S)
         next_state = DecoderState(None, None, past + T, cache=torch.stack(caches))  # (L, R, P, 2A)
-        return DecoderOutput(s, e, alpha, c, s, None, next_state)
+        heads, self_heads = (
+            torch.stack(w, 2).transpose(1, 3) for w in (heads, self_heads)
+        )  # (R, T, L, H, *)
+        e, alpha = e.mean(1), alpha.mean(1)  # the top layer's heads' mean: (R, T, S)
+        return DecoderOutput(s, e, alpha, c, s, None, next_state, heads, self_heads)
 
 
 def check_sizes(cfg: Config) -> list[str]:

@@ -51,8 +51,10 @@ MAX_BEAM = 10
 class ModelInfo(BaseModel):
     name: str
     attention: str = Field(description="score function: none, dot, general or additive")
-    cell: str
-    hidden_size: int = Field(description="encoder hidden size per direction")
+    encoder: str = Field("rnn", description="rnn, or transformer: attention only")
+    decoder: str = Field("rnn", description="rnn, or transformer: attention only")
+    cell: str = Field(description="the RNN cell of an RNN encoder or decoder")
+    hidden_size: int = Field(description="encoder hidden size per direction (a transformer's d)")
     parameters: int
     src_lang: str
     tgt_lang: str
@@ -116,6 +118,12 @@ class StepOut(BaseModel):  # mirrors explain.Step
     gradient: list[float] | None = Field(
         None, description="integrated gradients of log P(token) per source piece (attribution.py)"
     )
+    heads: list[list[list[float]]] | None = Field(
+        None, description="a transformer decoder's weights over the source, [layer][head][source piece]"
+    )
+    self_weights: list[list[list[float]]] | None = Field(
+        None, description="a transformer decoder's self-attention, [layer][head][<s> y_1 .. y_{t-1}]"
+    )
 
 
 class TraceOut(BaseModel):  # mirrors explain.Trace
@@ -136,6 +144,9 @@ class TraceOut(BaseModel):  # mirrors explain.Trace
     diagnostics: dict[str, float | int | None] | None = Field(
         None, description="the sentence's attention diagnostics (diagnostics.py); null without attention"
     )
+    encoder_self: list[list[list[list[float]]]] | None = Field(
+        None, description="a transformer encoder's self-attention, [layer][head][piece i][piece j]"
+    )
 
 
 # Loading the models.
@@ -155,6 +166,8 @@ def load_model(
     info = ModelInfo(
         name=name,
         attention=cfg.model.attention,
+        encoder=cfg.model.encoder,
+        decoder=cfg.model.decoder,
         cell=cfg.model.cell,
         hidden_size=cfg.model.hidden_size,
         parameters=count_parameters(translator.model),

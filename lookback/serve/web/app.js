@@ -280,11 +280,50 @@ function renderStep(trace, step) {
       out.append(table);
     }
   }
+  if (step.heads) out.append(...layersAndHeads(trace, step));
   out.append(...sentenceNotes(trace));
   const top = el("ol", { class: "top" });
   for (const [tok, p] of step.top) top.append(el("li", {}, el("span", { text: tok }), el("span", { class: "num", text: fmt(p, 3) })));
   out.append(el("p", { class: "muted", text: "most probable next tokens:" }), top);
   return out;
+}
+
+// A transformer: the step's weights in every layer and head, over the source and over the output so
+// far (its masked self-attention), one shaded strip per head; then the encoder's self-attention.
+function layersAndHeads(trace, step) {
+  const before = ["<s>", ...trace.tokens].slice(0, step.index);
+  // rows: [label, weights over `tokens`] -> a table of shaded cells, one row each
+  const grid = (title, rows, tokens) => {
+    const table = el("table", { class: "heatmap heads" });
+    const head = el("tr", {}, el("th", { text: title }));
+    tokens.forEach((tok) => head.append(el("th", { class: "src", title: tok }, el("span", { class: "tok", text: tok }))));
+    const body = el("tbody");
+    rows.forEach(([label, weights]) => {
+      const tr = el("tr", {}, el("th", { text: label }));
+      weights.forEach((w, j) => {
+        const td = el("td", { class: "cell", title: `${label}: ${tokens[j]} ${weightText(w, 2)}` });
+        paint(td, w);
+        tr.append(td);
+      });
+      body.append(tr);
+    });
+    table.append(el("thead", {}, head), body);
+    return table;
+  };
+  const byHead = (layers) => layers.flatMap((heads, l) => heads.map((w, h) => [`layer ${l + 1}, head ${h + 1}`, w]));
+  const parts = [
+    el("p", { class: "muted", text: "α above is the top layer's heads' mean; each layer and head:" }),
+    grid("over the source", byHead(step.heads), trace.src_tokens),
+    grid("over the output so far", byHead(step.self_weights), before),
+  ];
+  if (trace.encoder_self) {
+    const details = el("details", { class: "encoder-self" }, el("summary", { text: "the encoder's self-attention, by layer and head" }));
+    trace.encoder_self.forEach((heads, l) => heads.forEach((rows, h) => {
+      details.append(grid(`layer ${l + 1}, head ${h + 1}`, rows.map((w, i) => [trace.src_tokens[i], w]), trace.src_tokens));
+    }));
+    parts.push(details);
+  }
+  return parts;
 }
 
 function gradBar(a, max) {
@@ -322,7 +361,8 @@ async function start() {
   });
   try {
     const models = await api("api/models");
-    document.getElementById("models").textContent = "loaded: " + models.map((m) => `${m.name} (${m.attention}, ${m.cell}, ${m.src_lang}→${m.tgt_lang})`).join(" · ");
+    const kind = (m) => (m.encoder === "rnn" && m.decoder === "rnn" ? m.cell : `${m.encoder} encoder, ${m.decoder} decoder`);
+    document.getElementById("models").textContent = "loaded: " + models.map((m) => `${m.name} (${m.attention}, ${kind(m)}, ${m.src_lang}→${m.tgt_lang})`).join(" · ");
   } catch (err) {
     showError(err.message);
   }
