@@ -146,3 +146,23 @@ def test_the_cache_bench_finds_the_same_translations_as_recomputing_the_prefix(r
     result = json.loads(out.read_text())
     assert result["beam3"]["same_translations"] == result["beam3"]["sentences"] == 20
     assert result["cpu_flags"] and result["beam3"]["speedup"] > 0
+
+
+def test_an_ensemble_of_a_transformer_and_an_rnn_translates_as_one(run, tmp_path):
+    """The members share the toy corpus's vocabularies; each keeps its own state (a cache, a hidden
+    state), and the ensemble's weights over the source are their mean."""
+    from .helpers import train_tiny
+
+    rnn = train_tiny(tmp_path, "additive")
+    both = Translator.ensemble([run, rnn])
+    (t,) = both.translate([SENTENCE], beam=3)
+    assert t.text and t.attention.shape == (len(t.tokens), len(t.src_tokens))
+    assert torch.allclose(t.attention.sum(-1), torch.ones(len(t.tokens)), atol=1e-5)
+
+
+def test_int8_on_pytorch_translates_a_transformer(run):
+    """Dynamic int8 of every Linear (the attention's projections, the feed-forward, W_o)."""
+    fp32 = Translator.load(run).translate([SENTENCE])[0]
+    int8 = Translator.load(run, quantize="int8").translate([SENTENCE])[0]
+    assert int8.text and len(int8.src_tokens) == len(fp32.src_tokens)
+    assert torch.allclose(int8.attention.sum(-1), torch.ones(len(int8.tokens)), atol=1e-4)
