@@ -1,7 +1,8 @@
 """Checks for the notebooks' exercises (notebooks/): call one with your answer.
 
 Each check runs your code on inputs of its own and compares it with the code the models use
-(attention.attend, search.greedy, evaluate.bucket_of, faithfulness.uniform, attribution.agreement).
+(attention.attend, search.greedy, evaluate.bucket_of, faithfulness.uniform, attribution.agreement,
+transformer.future_mask and transformer.positions).
 It prints one line when you are right and raises AssertionError saying what differs when you are
 not. The solutions sit apart, in notebooks/solutions/, and tests/test_exercises.py holds them to
 these checks.
@@ -23,6 +24,7 @@ from .explain.attribution import agreement
 from .explain.faithfulness import uniform
 from .explain.trace import lecture_numbers
 from .model.attention import Score, attend
+from .model.transformer import future_mask, positions
 
 
 def _inputs(seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
@@ -163,3 +165,25 @@ def check_same_top(same_top: Callable[[Tensor, Tensor], float]) -> bool:
             f"same_top is {got:.3f}; expected {want:.3f} (the sign of an attribution does not count)"
         )
     return _ok(f"the largest weight and the largest |attribution| agree on {want:.0%} of these steps")
+
+
+def check_future_mask(mask: Callable[[int], Tensor]) -> bool:
+    """`mask(T)`: the decoder self-attention's (T, T) mask, True where step t may read position j."""
+    for T in (1, 4, 7):
+        got, want = torch.as_tensor(mask(T)), future_mask(0, T)[0]
+        if got.shape != want.shape:
+            raise AssertionError(f"future_mask({T}): shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        wrong = (got.bool() != want).nonzero()
+        if len(wrong):
+            t, j = (int(i) for i in wrong[0])
+            reads = "reads" if got[t, j] else "does not read"
+            must = "must" if want[t, j] else "must not"
+            raise AssertionError(f"future_mask({T}): step {t} {reads} position {j}; it {must}")
+    return _ok("future_mask: each step reads itself and the steps before it, never a later one")
+
+
+def check_positions(encode: Callable[[int, int], Tensor]) -> bool:
+    """`encode(T, d)`: the (T, d) sinusoidal encodings of positions 0 .. T - 1 (Vaswani et al. 3.5)."""
+    for T, d in ((5, 8), (12, 16)):
+        _close(f"positions({T}, {d})", encode(T, d), positions(0, T, d), atol=1e-4)
+    return _ok("positions: sin at the even dimensions 2i, cos at 2i + 1, of pos / 10000^(2i / d)")

@@ -87,3 +87,18 @@ def test_the_explanations_solutions_pass_and_wrong_answers_do_not():
         exercises.check_uniform(lambda alpha, mask: torch.full_like(alpha, 1 / alpha.size(-1)))
     with pytest.raises(AssertionError, match="the sign of an attribution does not count"):
         exercises.check_same_top(lambda a, g: float((a.argmax(-1) == g.argmax(-1)).float().mean()))
+
+
+def test_the_next_lectures_solutions_pass_and_wrong_answers_do_not():
+    s = solutions("5_the_next_lecture")
+    assert exercises.check_future_mask(s.future_mask) and exercises.check_positions(s.positions_by_hand)
+    with pytest.raises(AssertionError, match="step 0 reads position 1; it must not"):
+        exercises.check_future_mask(lambda T: torch.ones(T, T, dtype=torch.bool))  # the notebook's start
+    with pytest.raises(AssertionError, match=r"step 0 does not read position 0; it must"):
+        exercises.check_future_mask(lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1))  # not itself
+
+    def sines_only(T, d):  # the notebook's start: a sine at every dimension
+        return torch.sin(torch.arange(T)[:, None] / 10000 ** (torch.arange(d) / d))
+
+    with pytest.raises(AssertionError, match=r"positions\(5, 8\)"):
+        exercises.check_positions(sines_only)

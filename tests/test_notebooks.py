@@ -14,8 +14,8 @@ from lookback.config import from_dict, load_config
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9]_*.py"))
 
 
-def test_there_are_four_notebooks():
-    assert [p.stem.split("_")[0] for p in NOTEBOOKS] == ["1", "2", "3", "4"]
+def test_there_are_five_notebooks():
+    assert [p.stem.split("_")[0] for p in NOTEBOOKS] == ["1", "2", "3", "4", "5"]
 
 
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=lambda p: p.stem)

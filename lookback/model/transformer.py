@@ -300,8 +300,9 @@ class TransformerDecoder(nn.Module):
         return drop_words(x, self.word_dropout, self.training)
 
     def _steps(self, x: Tensor, enc: EncoderOutput, state: DecoderState, look: Look) -> DecoderOutput:
-        """T steps on the embedded previous tokens x (R, T, d), after state.step cached ones."""
-        (_, T, d), past = x.shape, state.step
+        """T steps on the embedded previous tokens x (R, T, d), after state.step cached ones
+        (counted from the cache, the same number, so that an ONNX graph reads it from there)."""
+        (_, T, d), past = x.shape, state.cache.size(2)
         s = self.dropout(x + positions(past, T, d, x.device))  # (R, T, d)
         future = future_mask(past, T, x.device)  # (1, T, P)
         change = None if look.change is None else lambda alpha, mask: look.change(alpha, mask, past)

@@ -19,6 +19,10 @@ beam. Two ways to make that arithmetic cheaper, without changing the search:
                      the n best tokens' log P (R, n) and ids (R, n), log P(</s>) (R, 1),
                      alpha_t (R, S) and the next state
 
+  The state is DecoderState's tensors: an RNN decoder's s_{t-1} (and LSTM memory, attentional
+  vector, coverage), or an attention-only decoder's cache of every layer's keys and values of
+  the steps so far (L, R, P, 2A), which the graph gives back one position longer (P + 1).
+
   `OnnxSeq2Seq` runs them and looks like a `Seq2Seq` to search.py (as an
   Ensemble does), so greedy and beam search are the very same code on either
   backend: the search loop stays in Python and PyTorch, the network runs in
@@ -52,6 +56,7 @@ from ..errors import CheckpointError
 from ..model.decoder import SOFT, DecoderOutput, DecoderState, Look
 from ..model.encoder import EncoderOutput
 from ..model.seq2seq import Seq2Seq
+from ..model.transformer import TransformerDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +82,6 @@ def supports_onnx(model: nn.Module) -> None:
     """Raise ValueError when part of `model` is not in the ONNX graphs."""
     if not isinstance(model, Seq2Seq):
         raise ValueError("--backend onnxruntime runs one model; an ensemble runs on --backend torch")
-    kinds = {model.encoder.__class__.__name__, model.decoder.__class__.__name__}
-    if kinds != {"Encoder", "Decoder"}:
-        raise ValueError(
-            "the ONNX graphs hold RNN encoders and decoders only; a transformer runs on --backend torch"
-        )
 
 
 def _require_onnxruntime():
@@ -108,6 +108,7 @@ class _EncoderGraph(nn.Module):
         enc = self.model.encode(src, src_len)
         state = self.model.decoder.init_state(enc)
         hidden = state.hidden if isinstance(state.hidden, tuple) else (state.hidden,)
+        hidden = () if state.hidden is None else hidden  # a transformer decoder starts from no state
         keys = () if enc.keys is None else (enc.keys,)
         return (enc.h, enc.src_mask, enc.c, *keys, *hidden)
 
@@ -166,8 +167,8 @@ class RNNInOps(nn.Module):
 def _rnn_in_ops(decoder: nn.Module) -> Iterator[None]:
     """decoder.rnn as RNNInOps while the decoder graph is traced (an LSTM stays ONNX's LSTM,
     which ONNX Runtime quantises)."""
-    rnn = decoder.rnn
-    if RNNInOps.fits(rnn):
+    rnn = getattr(decoder, "rnn", None)  # a transformer decoder has none
+    if rnn is not None and RNNInOps.fits(rnn):
         decoder.rnn = RNNInOps(rnn)
     try:
         yield
@@ -197,15 +198,16 @@ class _DecoderGraph(nn.Module):
         return (
             *outputs,
             *out.state.tensors().values(),
-        )  # hidden (L, R, D), [cell], feed (R, D), [coverage (R, S)]
+        )  # hidden (L, R, D), [cell], feed (R, D), [coverage (R, S)]; a transformer's cache (L, R, P, 2A)
 
 
 def _names(model: Seq2Seq) -> dict[str, list[str]]:
     """The graphs' input and output names; which exist depends on the model's config."""
-    d = model.decoder
-    state = DecoderState.names(d.is_lstm, d.coverage)
+    d, transformer = model.decoder, isinstance(model.decoder, TransformerDecoder)
+    lstm = not transformer and d.is_lstm
+    state = DecoderState.names(lstm, d.coverage, transformer)
     source = ["h", "src_mask", "c"] + (["keys"] if d.attends else [])
-    hidden = ["hidden", "cell"] if d.is_lstm else ["hidden"]  # what the encoder hands the decoder
+    hidden = [] if transformer else ["hidden", "cell"] if lstm else ["hidden"]  # what the encoder hands on
     return {
         "encoder_in": ["src", "src_len"],
         "encoder_out": source + hidden,
@@ -228,8 +230,9 @@ _AXES = {  # dynamic axes by name: B batch (A in search), S source, R rows; the 
     "eos_logp": {0: "R"},
     "alpha": {0: "R", 1: "S"},
 }
-for _name, _row in DecoderState.ROWS.items():  # the state's tensors, in and out: rows, and S for coverage
-    _AXES[_name] = _AXES[f"{_name}_out"] = {_row: "R", **({1: "S"} if _name == "coverage" else {})}
+_MORE = {"coverage": {1: "S"}, "cache": {2: "P"}}  # coverage's source axis, the cache's steps so far
+for _name, _row in DecoderState.ROWS.items():  # the state's tensors, in and out: rows, and the axes above
+    _AXES[_name] = _AXES[f"{_name}_out"] = {_row: "R", **_MORE.get(_name, {})}
 
 
 def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[Path]:
@@ -249,16 +252,17 @@ def export_onnx(model: Seq2Seq, folder: str | Path, int8: bool = True) -> list[P
         enc_outputs = _EncoderGraph(model)(src, src_len)
     enc = dict(zip(names["encoder_out"], enc_outputs, strict=True))
     rows = torch.tensor([0, 0, 0, 1, 1, 1])
-    R, D = len(rows), model.decoder.bridge.out_features
-    hidden = enc["hidden"].index_select(1, rows)
-    cell = enc["cell"].index_select(1, rows) if "cell" in enc else None
-    coverage = torch.zeros(R, src.size(1)) if model.decoder.coverage else None
-    state = DecoderState((hidden, cell) if cell is not None else hidden, torch.zeros(R, D), 0, coverage)
+    R = len(rows)
+    with torch.no_grad():  # the state after two steps (a transformer's cache then holds two positions)
+        encoded = model.encode(src, src_len)
+        state = model.decoder.init_state(encoded).index_select(rows)
+        y = torch.full((R, 2), 5)
+        state = model.decoder(y, encoded, state, project=False, stepwise=True).state
     example = {
         "y_prev": torch.full((R, 1), 5),
         **enc,
         **state.tensors(),
-        "step": torch.tensor(0),
+        "step": torch.tensor(state.step),
         "n": torch.tensor(4),  # a dynamic k: the graph's TopK reads it as an input
     }
     example = {name: example[name] for name in names["decoder_in"]}  # the graph's order
@@ -309,7 +313,9 @@ def quantize_onnx(path: Path, full_range: bool = False) -> Path:
     try:
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
             ready = Path(tmp) / path.name
-            quant_pre_process(path, ready)  # shapes inferred and the graph simplified, as the quantiser asks
+            # shapes inferred and the graph simplified, as the quantiser asks; auto_merge lets the
+            # symbolic inference join a transformer's lengths (the cache's P + 1, a query's T and S)
+            quant_pre_process(path, ready, auto_merge=True)
             quantize_dynamic(
                 ready, out, weight_type=QuantType.QInt8, per_channel=True, reduce_range=not full_range
             )
@@ -347,12 +353,16 @@ class _Out(nn.Module):
 
 
 class OnnxDecoder(nn.Module):
-    def __init__(self, session, attends: bool, lstm: bool, coverage: bool, vocab: int):
+    def __init__(self, session, decoder: nn.Module):
+        """Run `session`, the graph of one step of `decoder` (the PyTorch decoder it was exported
+        from, which says what its state holds)."""
         super().__init__()
         self.session = session
-        self.attends = attends
-        self.is_lstm, self.coverage = lstm, coverage
-        self.out = _Out(vocab)
+        self.attends, self.coverage = decoder.attends, decoder.coverage
+        transformer = isinstance(decoder, TransformerDecoder)
+        self.is_lstm = not transformer and decoder.is_lstm
+        self.cache = (len(decoder.layers), decoder.cache_size) if transformer else None  # L, 2A
+        self.out = _Out(decoder.out.out_features)
         self.inputs = [i.name for i in session.get_inputs()]  # unused inputs are left out of a graph
         self.outputs = [o.name for o in session.get_outputs()]
         # False: pick the n best tokens in PyTorch, as for graphs exported without them (bench.decoding
@@ -360,8 +370,11 @@ class OnnxDecoder(nn.Module):
         self.top_in_graph = TOP[0] in self.outputs
 
     def init_state(self, enc: OnnxEncoding) -> DecoderState:
-        hidden = enc.hidden0 if self.is_lstm else enc.hidden0[0]
         h = enc.enc.h
+        if self.cache is not None:  # a transformer: no step cached yet, (L, B, 0, 2A)
+            L, size = self.cache
+            return DecoderState(None, None, 0, cache=h.new_zeros(L, h.size(0), 0, size))
+        hidden = enc.hidden0 if self.is_lstm else enc.hidden0[0]
         coverage = h.new_zeros(h.shape[:2]) if self.coverage else None
         return DecoderState(hidden, h.new_zeros(enc.hidden0[0].shape[1:]), 0, coverage)
 
@@ -443,10 +456,9 @@ class OnnxSeq2Seq(nn.Module):
             except Exception as exc:  # onnxruntime's own errors: a truncated or foreign file
                 reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
                 raise CheckpointError(f"{path}: not a readable ONNX graph ({reason})") from None
-        d = model.decoder
         self.names = _names(model)
         self.encoder_session = sessions["encoder"]
-        self.decoder = OnnxDecoder(sessions["decoder"], d.attends, d.is_lstm, d.coverage, d.out.out_features)
+        self.decoder = OnnxDecoder(sessions["decoder"], model.decoder)
 
     def encode(self, src: Tensor, src_len: Tensor) -> OnnxEncoding:
         outs = self.encoder_session.run(None, {"src": src.numpy(), "src_len": src_len.numpy()})

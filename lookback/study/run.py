@@ -139,19 +139,21 @@ class Study:
 
     def configs(self, extra: list[str] = (), only: list[str] | None = None) -> dict[str, Config]:
         """One validated config per model (x grid cell), each with its run directory;
-        `only` keeps the named models. Every model's problems are reported at once."""
-        unknown = sorted(set(only or []) - set(self.models))
+        `only` keeps the named models, or single runs of them (MODEL#SEED, MODEL@CELL): one seed
+        of every model can so be trained on one machine. Every model's problems are reported at once."""
+        runs = {n: m for m in self.models for n in self._runs(m)}  # run name -> its model
+        unknown = sorted(set(only or []) - set(self.models) - set(runs))
         if unknown:
             raise ConfigError(
-                f"study {self.name}: no model named {unknown[0]!r} (models: {', '.join(self.models)})"
+                f"study {self.name}: no model or run named {unknown[0]!r} "
+                f"(models: {', '.join(self.models)}; a run: MODEL#SEED)"
             )
         out: dict[str, Config] = {}
         problems: dict[str, list[str]] = {}  # problem -> the models that have it
         for model in self.models:
-            if only and model not in only:
-                continue
-            for label, seed in itertools.product(self.grid or [""], [None, *self.seeds.get(model, [])]):
-                name = (f"{model}@{label}" if label else model) + (f"#{seed}" if seed is not None else "")
+            for name, (label, seed) in self._runs(model).items():
+                if only and model not in only and name not in only:
+                    continue
                 run_dir = Path(self.out_dir) / "runs" / name
                 cell, own = _as_sets(self.grid.get(label)), _as_sets(self.models[model])
                 seeded = [] if seed is None else [f"train.seed={seed}"]
@@ -166,6 +168,14 @@ class Study:
                 "\n".join(f"{line} (in {', '.join(names)})" for line, names in problems.items())
             )
         return out
+
+    def _runs(self, model: str) -> dict[str, tuple[str, int | None]]:
+        """A model's runs by name (MODEL, MODEL#SEED, MODEL@CELL#SEED): its grid cell and seed."""
+        runs = {}
+        for label, seed in itertools.product(self.grid or [""], [None, *self.seeds.get(model, [])]):
+            name = (f"{model}@{label}" if label else model) + (f"#{seed}" if seed is not None else "")
+            runs[name] = label, seed
+        return runs
 
 
 def _as_sets(values: dict[str, Any] | None) -> list[str]:

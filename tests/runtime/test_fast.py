@@ -56,6 +56,41 @@ VARIANTS = {  # model config -> a tiny model of it
     "local_p window": {"window": "local_p", "window_size": 2},
     "local_m window, LSTM": {"window": "local_m", "window_size": 1, "cell": "lstm"},
     "no attention": {"attention": "none"},
+    "transformer": {  # attention only: the decoder's state is every layer's cached keys and values
+        "encoder": "transformer",
+        "decoder": "transformer",
+        "attention": "scaled_dot",
+        "heads": 2,
+        "attention_size": 12,
+        "emb_size": 16,
+        "hidden_size": 16,
+        "dec_hidden_size": 16,
+        "ff_size": 24,
+        "enc_layers": 2,
+        "dec_layers": 2,
+    },
+    "post-norm transformer, tied": {
+        **dict.fromkeys(("hidden_size", "dec_hidden_size", "emb_size"), 16),
+        "encoder": "transformer",
+        "decoder": "transformer",
+        "attention": "scaled_dot",
+        "heads": 4,
+        "attention_size": 16,
+        "norm_position": "post",
+        "tie_embeddings": True,
+    },
+    "RNN encoder, transformer decoder": {
+        **dict.fromkeys(("hidden_size", "dec_hidden_size", "emb_size"), 16),
+        "decoder": "transformer",
+        "attention": "scaled_dot",
+        "heads": 2,
+        "attention_size": 12,
+    },
+    "transformer encoder, RNN decoder": {
+        **dict.fromkeys(("hidden_size", "emb_size"), 16),
+        "encoder": "transformer",
+        "heads": 2,
+    },
 }
 
 # The source of the tests: 4 sentences of other lengths than the export's example (7 and 5)
@@ -98,7 +133,9 @@ def test_onnx_search_matches_pytorch_token_for_token(twins, name):
         assert [h.tokens for h in ours] == [h.tokens for h in theirs]
 
 
-@pytest.mark.parametrize("name", ["additive", "dot, LSTM, input feeding", "coverage", "local_p window"])
+@pytest.mark.parametrize(
+    "name", ["additive", "dot, LSTM, input feeding", "coverage", "local_p window", "transformer"]
+)
 def test_one_onnx_step_equals_the_decoder_step_for_any_beam(twins, name):
     """The graph was traced with 2 sentences x 3 rows; other batch, beam and source sizes run."""
     model, twin = twins[name]

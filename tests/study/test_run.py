@@ -180,7 +180,7 @@ def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_f
     capsys.readouterr()
     assert main(["study", str(study_file), "--models", "dot"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "lookback: error: study tiny: no model named 'dot' (models: none, additive)"
+        "lookback: error: study tiny: no model or run named 'dot' (models: none, additive; a run: MODEL#SEED)"
     ]
 
 
@@ -455,3 +455,49 @@ def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, 
     assert main(["study", str(study_file)]) == 0
     assert trained == [str(out / "runs" / "general")]
     assert set(read_results(out)["models"]) == {"none", "additive", "general"}
+
+
+def test_one_seed_of_a_model_is_picked_by_its_run_name(study_file):
+    raw = yaml.safe_load(study_file.read_text(encoding="utf-8"))
+    raw["seeds"] = {"additive": [2, 3]}
+    study_file.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    study = load_study(study_file)
+    assert list(study.configs(only=["additive#2", "none"])) == ["none", "additive#2"]
+    assert study.configs(only=["additive#2"])["additive#2"].train.seed == 2
+    with pytest.raises(ConfigError, match="no model or run named 'additive#4'"):
+        study.configs(only=["additive#4"])
+
+
+def test_the_attention_only_study_compares_what_its_comments_say():
+    """Issue 59's study: the transformer is the shipped config's, the mixed models are the two
+    sides swapped, and all four are within 10% of the main job's parameters."""
+    from lookback.config import load_config
+    from lookback.model.seq2seq import build_model
+
+    study = load_study("study/attention_only")
+    configs = study.configs()
+    assert len(configs) == 4 * 2 * 3  # models x (multi30k, long) x seeds
+    shipped = load_config("multi30k_en_fr_transformer")
+    own = configs["transformer@multi30k"]
+    assert own.model == shipped.model
+    for key in ("lr", "warmup", "schedule", "label_smoothing", "max_tokens", "time_limit"):
+        assert getattr(own.train, key) == getattr(shipped.train, key), key
+    assert configs["rnn@multi30k"].model == load_config("quickstart").model
+    sides = {
+        name: (configs[f"{name}@multi30k"].model.encoder, configs[f"{name}@multi30k"].model.decoder)
+        for name in study.models
+    }
+    assert sides == {
+        "rnn": ("rnn", "rnn"),
+        "transformer": ("transformer", "transformer"),
+        "rnn_enc_tf_dec": ("rnn", "transformer"),
+        "tf_enc_rnn_dec": ("transformer", "rnn"),
+    }
+    sizes = {
+        name: count_parameters(build_model(configs[f"{name}@multi30k"].model, 8000, 8000))
+        for name in study.models
+    }
+    for name, size in sizes.items():
+        assert abs(size / sizes["rnn"] - 1) <= 0.10, (name, size, sizes["rnn"])
+    long = configs["rnn@long#2"]
+    assert long.data.train == "concat:1-4:multi30k:train" and long.train.seed == 2
