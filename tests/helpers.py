@@ -117,16 +117,28 @@ def tiny_train_config(tmp_path: Path, **sections) -> dict:
     return raw
 
 
-def train_tiny(folder: Path, attention: str) -> Path:
-    """A tiny English -> French model of the toy lexicon, trained in seconds; returns its run directory."""
+TINY_TRANSFORMER = {  # model.* of a tiny attention-only model that learns the toy lexicon
+    "encoder": "transformer",
+    "decoder": "transformer",
+    "attention": "scaled_dot",
+    "heads": 4,
+    "ff_size": 48,
+    "enc_layers": 2,
+    "dec_layers": 2,
+}
+
+
+def train_tiny(folder: Path, attention: str, name: str | None = None, **model) -> Path:
+    """A tiny English -> French model of the toy lexicon, trained in seconds, in folder/NAME (default:
+    the attention's name); `model`: more model.* keys. Returns its run directory."""
     from lookback.training.train import (
         train,
     )  # here, so that tests of a model alone do not import the trainer
 
     raw = tiny_train_config(
         folder,
-        model={"attention": attention},
-        train={"run_dir": str(folder / attention), "max_steps": 120, "valid_every": 60},
+        model={"attention": attention, **model},
+        train={"run_dir": str(folder / (name or attention)), "max_steps": 120, "valid_every": 60},
     )
     return train(from_dict(raw))
 

@@ -13,17 +13,9 @@ from lookback.config import from_dict
 from lookback.serve.app import create_app
 from lookback.translator import Translator
 
+from .helpers import TINY_TRANSFORMER as TRANSFORMER
 from .helpers import tiny_train_config
 
-TRANSFORMER = {
-    "encoder": "transformer",
-    "decoder": "transformer",
-    "attention": "scaled_dot",
-    "heads": 4,
-    "ff_size": 48,
-    "enc_layers": 2,
-    "dec_layers": 2,
-}
 SENTENCE = "the small dog sees a big cat in the park ."
 
 

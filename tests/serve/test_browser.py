@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from .. import own_score
-from ..helpers import WORDS, assert_drawn, require, train_tiny
+from ..helpers import TINY_TRANSFORMER, WORDS, assert_drawn, require, train_tiny
 
 SENTENCE = "the small dog runs ."
 NO_ATTENTION = "no attention: one fixed context vector for every step"
@@ -79,8 +79,21 @@ def server(tmp_path_factory):
     one with a score of a test file's own (tests/own_score.py, through --plugin); yields its URL."""
     tmp_path = tmp_path_factory.mktemp("explorer")
     runs = [train_tiny(tmp_path / name, name) for name in ("none", "additive", "distance")]
+    yield from serving(runs, tmp_path / "serve.log")
+
+
+@pytest.fixture(scope="module")
+def transformer_server(tmp_path_factory):
+    """The server with a tiny attention-only model beside an additive one; yields its URL."""
+    tmp_path = tmp_path_factory.mktemp("explorer_transformer")
+    transformer = train_tiny(tmp_path, name="transformer", **TINY_TRANSFORMER)
+    runs = [transformer, train_tiny(tmp_path, "additive")]
+    yield from serving(runs, tmp_path / "serve.log")
+
+
+def serving(runs, log):
+    """Start `lookback serve` on the runs, wait until it answers, yield its URL, then stop it."""
     port = free_port()
-    log = tmp_path / "serve.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     plugin = ["--plugin", own_score.__file__]
     cmd = [sys.executable, "-m", "lookback", *plugin, "serve", *map(str, runs), "--port", str(port)]
@@ -247,4 +260,52 @@ def test_a_long_sentence_shows_every_source_column_of_three_models(chromium, ser
         finally:
             browser.close()
     assert_drawn(tmp_path / "long.png")
+    assert problems == []
+
+
+def test_a_transformer_shows_every_layer_and_head_of_a_step(chromium, transformer_server, tmp_path):
+    """Clicking an output token of the attention-only model: beside the step's alpha (its top layer's
+    heads' mean), a strip per layer and head over the source and over the output so far, and the
+    encoder's self-attention, L x H tables of S rows, behind a fold."""
+    from playwright.sync_api import expect, sync_playwright
+
+    request = {"text": SENTENCE, "beam": 1, "nbest": 1}
+    results = fetch(transformer_server + "api/translate", request)["results"]
+    tf = next(r for r in results if r["model"] == "transformer")
+    S, L, H = len(tf["src_tokens"]), 2, TINY_TRANSFORMER["heads"]
+    expect.set_options(timeout=PATIENCE_S * 1000)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, timeout=PATIENCE_S * 1000)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.set_default_timeout(PATIENCE_S * 1000)
+            problems = watch(page, transformer_server)
+            page.goto(transformer_server)
+            expect(page.locator("#models")).to_contain_text("transformer")
+            page.fill("#text", SENTENCE)
+            page.select_option("#beam", "1")
+            page.click("#go")
+            expect(page.locator("#status")).to_have_text("beam 1: 2 models")
+            col = page.locator('.model[data-model="transformer"]')
+            expect(col.locator("tr.heat-row")).to_have_count(len(tf["tokens"]))
+            col.locator('th.tgt[data-row="1"]').click()  # the second output token: two positions so far
+            expect(col.locator('.trace .step[data-step="2"]')).to_be_visible()
+            strips = col.locator(".trace table.heads")
+            source, so_far = strips.nth(0), strips.nth(1)
+            expect(source.locator("tbody tr")).to_have_count(L * H)
+            expect(source.locator("td.cell")).to_have_count(L * H * S)
+            expect(so_far.locator("td.cell")).to_have_count(L * H * 2)  # <s> and the first token
+            expect(source.locator("tbody tr").first).to_contain_text("layer 1, head 1")
+            fold = col.locator("details.encoder-self")
+            fold.locator("summary").click()
+            expect(fold.locator("table.heads")).to_have_count(L * H)
+            expect(fold.locator("td.cell")).to_have_count(L * H * S * S)
+            additive = page.locator('.model[data-model="additive"]')  # an RNN's trace has no such strips
+            additive.locator('th.tgt[data-row="1"]').click()
+            expect(additive.locator('.trace .step[data-step="2"]')).to_be_visible()
+            expect(additive.locator(".trace table.heads")).to_have_count(0)
+            page.screenshot(path=str(tmp_path / "transformer.png"), full_page=True)
+        finally:
+            browser.close()
+    assert_drawn(tmp_path / "transformer.png")
     assert problems == []

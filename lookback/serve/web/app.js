@@ -179,7 +179,7 @@ function renderHeatmap(section, r) {
 // Shade every source header by the weight that output token `row` gave it.
 function highlight(section, r, row, col) {
   const weights = r.attention_matrix[row];
-  section.querySelectorAll("th.src").forEach((th) => {
+  section.querySelectorAll("th.src[data-col]").forEach((th) => {  // the heatmap's, not a trace's strips
     const w = weights[Number(th.dataset.col)];
     th.classList.add("lit");
     paint(th, w);
@@ -198,7 +198,7 @@ function highlight(section, r, row, col) {
 }
 
 function clearHighlight(section) {
-  section.querySelectorAll("th.src").forEach((th) => {
+  section.querySelectorAll("th.src[data-col]").forEach((th) => {  // the heatmap's, not a trace's strips
     th.classList.remove("lit", "dark");
     th.style.backgroundColor = "";
     th.querySelector(".w").textContent = "";
