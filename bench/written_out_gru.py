@@ -163,10 +163,12 @@ class GRU(nn.GRU):
         )
 
 
-def measure(cls: type[nn.GRU], B: int = 70, S: int = 13, T: int = 14, E: int = 256, H: int = 256) -> float:
+def measure(
+    cls: type[nn.GRU], B: int = 70, S: int = 13, T: int = 14, E: int = 256, H: int = 256, repeats: int = 7
+) -> float:
     """Milliseconds for the main job's two recurrences, forward and backward, on one batch of
     about 1,000 target tokens: the bidirectional encoder on packed sentences of S or fewer
-    tokens, and the decoder over T steps from a given h_0 (the median of 7 timings of 10 calls)."""
+    tokens, and the decoder over T steps from a given h_0 (the median of `repeats` timings of 10 calls)."""
     torch.manual_seed(0)
     enc, dec = cls(E, H, bidirectional=True, batch_first=True), cls(E, H, batch_first=True)
     x, y = torch.randn(B, S, E, requires_grad=True), torch.randn(B, T, E, requires_grad=True)
@@ -180,21 +182,22 @@ def measure(cls: type[nn.GRU], B: int = 70, S: int = 13, T: int = 14, E: int = 2
         s, _ = dec(y, h0)
         (h.sum() + s.sum() + last.sum()).backward()
 
-    return round(median_call_seconds(update, calls=10, repeats=7, warmup=5) * 1000, 3)
+    return round(median_call_seconds(update, calls=10, repeats=repeats, warmup=5) * 1000, 3)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench written-out-gru", description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--out", type=Path, default=Path("results/bench/written_out_gru.json"))
     ap.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    ap.add_argument("--repeats", type=int, default=7, help="timings of 10 calls; their median is reported")
     args = ap.parse_args(argv)
     results = []
     for threads in args.threads:
         torch.set_num_threads(threads)
         ms = {"nn.GRU": [], "written out": []}
         for _ in range(2):  # alternating, twice
-            ms["nn.GRU"].append(measure(nn.GRU))
-            ms["written out"].append(measure(GRU))
+            ms["nn.GRU"].append(measure(nn.GRU, repeats=args.repeats))
+            ms["written out"].append(measure(GRU, repeats=args.repeats))
         speedup = round(min(ms["nn.GRU"]) / min(ms["written out"]), 3)
         results.append({"threads": threads, "ms_per_update": ms, "speedup": speedup})
         print(f"threads {threads}: nn.GRU {ms['nn.GRU']} ms, written out {ms['written out']} ms: {speedup}x")

@@ -156,4 +156,5 @@ def test_variants_store_and_the_written_out_gru_start_on_multi30k(tmp_path):
     assert entry.main(["variants", "-o", str(tmp_path / "v.json"), "--updates", "1", "--rounds", "1"]) == 0
     args = ["--pairs", "2000", "--steps", "25", "--repeats", "1", "--out", str(tmp_path / "s.json")]
     assert entry.main(["store", *args]) == 0
-    assert entry.main(["written-out-gru", "--threads", "1", "-o", str(tmp_path / "g.json")]) == 0
+    gru = ["written-out-gru", "--threads", "1", "--repeats", "1", "-o", str(tmp_path / "g.json")]
+    assert entry.main(gru) == 0
