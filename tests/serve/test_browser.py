@@ -123,6 +123,23 @@ def serving(runs, log):
             proc.wait()
 
 
+def translated(browser, server: str, text: str, model: str, models: int, width: int = 1300):
+    """A new page of the explorer, once it lists `model`, with `text` translated greedily by all
+    `models`; returns the page and the list that collects its problems (`watch`)."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.set_default_timeout(PATIENCE_S * 1000)  # every action and wait_for: page state, not a clock
+    problems = watch(page, server)
+    page.goto(server)
+    expect(page.locator("#models")).to_contain_text(model)
+    page.fill("#text", text)
+    page.select_option("#beam", "1")
+    page.click("#go")
+    expect(page.locator("#status")).to_have_text(f"beam 1: {models} models")
+    return page, problems
+
+
 def test_the_page_translates_highlights_and_traces(chromium, server, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
@@ -235,15 +252,7 @@ def test_a_long_sentence_shows_every_source_column_of_three_models(chromium, ser
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, timeout=PATIENCE_S * 1000)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 900})
-            page.set_default_timeout(PATIENCE_S * 1000)
-            problems = watch(page, server)
-            page.goto(server)
-            expect(page.locator("#models")).to_contain_text("distance")
-            page.fill("#text", LONG_SENTENCE)
-            page.select_option("#beam", "1")
-            page.click("#go")
-            expect(page.locator("#status")).to_have_text("beam 1: 3 models")
+            page, problems = translated(browser, server, LONG_SENTENCE, "distance", 3, width=1600)
             expect(page.locator("#results")).to_have_class("long")  # the models stack
             cards = page.locator(".model").evaluate_all(COLUMNS)
             drawn = [c for c in cards if c is not None]
@@ -277,15 +286,7 @@ def test_a_transformer_shows_every_layer_and_head_of_a_step(chromium, transforme
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, timeout=PATIENCE_S * 1000)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.set_default_timeout(PATIENCE_S * 1000)
-            problems = watch(page, transformer_server)
-            page.goto(transformer_server)
-            expect(page.locator("#models")).to_contain_text("transformer")
-            page.fill("#text", SENTENCE)
-            page.select_option("#beam", "1")
-            page.click("#go")
-            expect(page.locator("#status")).to_have_text("beam 1: 2 models")
+            page, problems = translated(browser, transformer_server, SENTENCE, "transformer", 2)
             col = page.locator('.model[data-model="transformer"]')
             expect(col.locator("tr.heat-row")).to_have_count(len(tf["tokens"]))
             col.locator('th.tgt[data-row="1"]').click()  # the second output token: two positions so far
