@@ -201,10 +201,15 @@ class _DecoderGraph(nn.Module):
         )  # hidden (L, R, D), [cell], feed (R, D), [coverage (R, S)]; a transformer's cache (L, R, P, 2A)
 
 
+def _kind(decoder: nn.Module) -> tuple[bool, bool]:
+    """Whether the decoder's state holds an LSTM's memory, and whether it is a transformer's cache."""
+    transformer = isinstance(decoder, TransformerDecoder)
+    return not transformer and decoder.is_lstm, transformer
+
+
 def _names(model: Seq2Seq) -> dict[str, list[str]]:
     """The graphs' input and output names; which exist depends on the model's config."""
-    d, transformer = model.decoder, isinstance(model.decoder, TransformerDecoder)
-    lstm = not transformer and d.is_lstm
+    d, (lstm, transformer) = model.decoder, _kind(model.decoder)
     state = DecoderState.names(lstm, d.coverage, transformer)
     source = ["h", "src_mask", "c"] + (["keys"] if d.attends else [])
     hidden = [] if transformer else ["hidden", "cell"] if lstm else ["hidden"]  # what the encoder hands on
@@ -359,8 +364,7 @@ class OnnxDecoder(nn.Module):
         super().__init__()
         self.session = session
         self.attends, self.coverage = decoder.attends, decoder.coverage
-        transformer = isinstance(decoder, TransformerDecoder)
-        self.is_lstm = not transformer and decoder.is_lstm
+        self.is_lstm, transformer = _kind(decoder)
         self.cache = (len(decoder.layers), decoder.cache_size) if transformer else None  # L, 2A
         self.out = _Out(decoder.out.out_features)
         self.inputs = [i.name for i in session.get_inputs()]  # unused inputs are left out of a graph

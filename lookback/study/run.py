@@ -141,8 +141,8 @@ class Study:
         """One validated config per model (x grid cell), each with its run directory;
         `only` keeps the named models, or single runs of them (MODEL#SEED, MODEL@CELL): one seed
         of every model can so be trained on one machine. Every model's problems are reported at once."""
-        runs = {n: m for m in self.models for n in self._runs(m)}  # run name -> its model
-        unknown = sorted(set(only or []) - set(self.models) - set(runs))
+        runs = {name for model in self.models for name in self._runs(model)}
+        unknown = sorted(set(only or []) - set(self.models) - runs)
         if unknown:
             raise ConfigError(
                 f"study {self.name}: no model or run named {unknown[0]!r} "
