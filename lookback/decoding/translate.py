@@ -24,9 +24,11 @@ from ..device import autocast, free_memory, resolve_precision
 from ..model.decoder import Look
 from ..model.seq2seq import Seq2Seq
 from .ensemble import Ensemble
+from .on_device import beam_search_on_device, greedy_on_device
 from .search import Hypothesis, beam_search, check_search, greedy, max_lengths
 
 logger = logging.getLogger(__name__)
+ON_DEVICE = (greedy_on_device, beam_search_on_device)  # the search off the CPU: no per-step sync
 
 
 @dataclass
@@ -118,11 +120,13 @@ class TextTranslator:
             self._check(len(chunk), len(ids[chunk[0]]), beam, nbest, free)
             src, src_len = pad([ids[i] for i in chunk])
             src, src_len, ratio = src.to(self.device), src_len.to(self.device), self.decode.max_ratio
+            # on a GPU the search keeps every decision on the device (on_device.py)
+            greedy_, beam_search_ = (greedy, beam_search) if self.device.type == "cpu" else ON_DEVICE
             with autocast(self.device, self.precision), _search_threads(self.model):
                 if beam == 1 and nbest == 1:
-                    hyps = [[h] for h in greedy(self.model, src, src_len, ratio, self.look)]
+                    hyps = [[h] for h in greedy_(self.model, src, src_len, ratio, self.look)]
                 else:  # never less than greedy (docs/search.md)
-                    hyps = beam_search(
+                    hyps = beam_search_(
                         self.model,
                         src,
                         src_len,
