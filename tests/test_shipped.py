@@ -7,6 +7,7 @@ from lookback.cli import main
 from lookback.cli.quickstart import SENTENCES
 from lookback.config import SHIPPED, ConfigError, find_config, load_config, shipped_configs
 from lookback.study.run import load_study
+from lookback.study.tune import load_search
 
 from .helpers import tiny_train_config
 
@@ -20,6 +21,8 @@ def test_every_shipped_config_loads_by_its_name_from_another_directory(tmp_path,
         assert path == SHIPPED / f"{name}.yaml"
         if name.startswith("study/"):
             assert load_study(name).models
+        elif name.startswith("tune/"):
+            assert load_search(name).space
         else:
             assert load_config(name) == load_config(path)
 

@@ -6,7 +6,8 @@
     lookback translate RUN_DIR [RUN_DIR ...] [--beam N] [--nbest K]   (stdin -> stdout; several: an ensemble)
     lookback evaluate RUN_DIR [RUN_DIR ...] [--test SPEC] [--beam N] [--diagnostics]
     lookback average RUN_DIR [--last N]   (then --checkpoint averaged)
-    lookback study STUDY.yaml [--evaluate-only]
+    lookback study STUDY.yaml [--evaluate-only] [--ray [ADDRESS]]
+    lookback tune SEARCH.yaml [--ray ADDRESS]   (a recipe searched on validation: best.yaml)
     lookback faithfulness RUN_DIR [--test SPEC] [--limit N] [--json]   (counterfactual attention)
     lookback align RUN_DIR --src FILE --tgt FILE [--gold FILE] [--eflomal TRAIN_SPEC]   (Pharaoh; AER)
     lookback attention RUN_DIR "sentence" -o plot.png [--words]
@@ -28,7 +29,7 @@ Every command that loads a model takes the same --checkpoint, --device and
 every command that writes a file takes -o/--output. Each command's parser sits
 beside its handler, in the module of its group: quickstart.py (quickstart, configs),
 train.py (train, average), translate.py (translate, evaluate, compare, export), explain.py (attention,
-explain, neighbours, faithfulness, align, takeoff, curves), study.py (study,
+explain, neighbours, faithfulness, align, takeoff, curves), study.py (study, tune,
 data synth), serve.py; flags.py holds the flags they share.
 Errors that the user can fix, bad flags included, print one line and exit
 with status 2; `--debug` shows the traceback instead.

@@ -1,4 +1,4 @@
-"""lookback study, data synth: compare models by source length, on corpora of any length."""
+"""lookback study, tune, data synth: compare models by source length, search a recipe, make corpora."""
 
 from __future__ import annotations
 
@@ -16,8 +16,28 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--evaluate-only", action="store_true", help="evaluate the existing run directories")
     p.add_argument("--models", help="comma-separated names: run only these models of the study")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run each model and seed as a Ray task: alone, on a local Ray instance of this machine's "
+        "CPUs; with an address (auto, ray://HOST:PORT), on that cluster (pip install 'lookback[ray]')",
+    )
     add_set(p, "override a config value of every model (repeatable)")
     p.set_defaults(func=study)
+
+    p = sub.add_parser(
+        "tune", help="search a config's recipe on validation BLEU (Ray Tune, Optuna, ASHA): best.yaml"
+    )
+    p.add_argument("search", help="search YAML file, or a shipped one by name: tune/quickstart")
+    p.add_argument(
+        "--ray",
+        default="local",
+        metavar="ADDRESS",
+        help="the Ray cluster the trials run on: auto, ray://HOST:PORT (default: a local instance)",
+    )
+    p.set_defaults(func=tune)
 
     data = sub.add_parser("data", help="make corpora")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -57,10 +77,24 @@ def study(args: argparse.Namespace) -> None:
 
     study = load_study(args.study)
     only = args.models.split(",") if args.models else None
-    result = run_study(study, train=not args.evaluate_only, extra=args.set, only=only)
+    result = run_study(study, train=not args.evaluate_only, extra=args.set, only=only, ray=args.ray)
     print(
         f"study {study.name}: {len(result['models'])} models, {len(result['tests'])} test sets, "
         f"{result['wall_seconds'] / 60:.1f} min; report: {Path(study.out_dir) / 'report.md'}"
+    )
+
+
+def tune(args: argparse.Namespace) -> None:
+    from ..study.tune import load_search, run_search
+
+    search = load_search(args.search)
+    result = run_search(search, args.ray)
+    best = result["best"]
+    shown = {k: f"{best[k]:.4g}" if isinstance(best[k], float) else best[k] for k in search.space}
+    values = ", ".join(f"{k}={v}" for k, v in shown.items())
+    print(
+        f"tune {search.name}: {len(result['trials'])} trials, {result['wall_seconds'] / 60:.1f} min; best "
+        f"validation BLEU {best['bleu']:.2f} ({values}); config: {Path(search.out_dir) / 'best.yaml'}"
     )
 
 

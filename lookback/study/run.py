@@ -76,7 +76,7 @@ from ..data.read import read_parallel
 from ..data.synth import TASKS, parse_lengths, sequence_accuracy, synth_corpus
 from ..decoding.evaluate import bleu_and_length, group_by_length
 from ..decoding.significance import compare_runs, family
-from ..device import cpu_flags, cpu_name, kernels
+from ..device import cpu_flags, cpu_name, kernels, set_threads
 from ..explain.cost import step_flops
 from ..explain.curves import history, read_metrics, records_of
 from ..explain.diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
@@ -86,6 +86,7 @@ from ..model.seq2seq import count_parameters
 from ..training.train import Trainer
 from ..translator import Translator
 from ..yamlfile import read_yaml
+from . import fanout
 
 logger = logging.getLogger(__name__)
 EVALUATIONS = "evaluations.json.xz"  # every run's evaluation, outputs included: run -> evaluation
@@ -341,14 +342,23 @@ def _plot(path: Path, per_beam: dict[int, dict[str, dict]], key: str, ylabel: st
     plt.close(fig)
 
 
-def run_study(study: Study, train: bool = True, extra: list[str] = (), only: list[str] | None = None) -> dict:
-    """Train (unless `train` is False), evaluate, and write every table and plot.
+def run_study(
+    study: Study,
+    train: bool = True,
+    extra: list[str] = (),
+    only: list[str] | None = None,
+    ray: str | None = None,
+) -> dict:
+    """Train (unless `train` is False), evaluate, and write every table and plot; with `ray`
+    (an address, or 'local'), each run trains and is evaluated as a task on Ray (fanout.py).
 
     Each run's evaluation is kept in out_dir/evaluations.json.xz (its outputs included), with
     the checkpoint it came from: a run evaluated before, whose run directory is gone (another
     machine, a fresh clone of a committed study), is neither trained nor evaluated again, and
     the report covers every run evaluated so far. A study can so be run a few models at a time."""
     start = time.perf_counter()
+    if ray is not None:
+        fanout.require_ray()  # one line without Ray, before any work
     chosen = set(study.configs(extra, only))  # trained and evaluated here
     configs = study.configs(extra)  # reported: every model evaluated so far, the others as before
     if study.synth is not None:
@@ -357,11 +367,15 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     out.mkdir(parents=True, exist_ok=True)
     kept = _kept_evaluations(out)
     todo = {n: c for n, c in configs.items() if n in chosen and (_run_here(c) or n not in kept)}
-    train_seconds = train_models(todo) if train else {}
     first = next(iter(configs.values())).data
     data = {
         spec: read_parallel(spec, first.src_lang, first.tgt_lang, first.multi30k_dir) for spec in study.tests
     }
+    records: dict[str, list[dict]] = {}  # the training logs that Ray's tasks brought back
+    if ray is None:
+        train_seconds = train_models(todo) if train else {}
+    else:
+        train_seconds, records = _on_ray(ray, study, todo, data, kept, train)
     evaluations = {}
     for name, cfg in configs.items():
         # a model not asked for: its evaluation as kept, if it has one
@@ -420,7 +434,7 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     flops = [{"model": name, **row} for name, e in evaluations.items() for row in e["flops"]]
     result["attention_flops"] = flops
     report += _write_flops(out, flops)
-    learned = _curves(out, study.configs(extra))  # every model trained so far, here or before
+    learned = _curves(out, study.configs(extra), records)  # every model trained so far, here or before
     result["learning"] = learning_rows(learned)
     report += _write_learning(out, learned, result["learning"])
     result["wall_seconds"] = time.perf_counter() - start
@@ -433,13 +447,54 @@ def run_study(study: Study, train: bool = True, extra: list[str] = (), only: lis
     return result
 
 
-def _curves(out: Path, configs: dict[str, Config]) -> dict[str, list[dict]]:
-    """Each model's training log: its run directory's metrics.jsonl, else the records that an
-    earlier report kept in curves.jsonl.xz; models with neither are left out."""
+def _on_ray(
+    address: str, study: Study, todo: dict[str, Config], data: dict, kept: dict[str, dict], train: bool
+) -> tuple[dict[str, float], dict[str, list[dict]]]:
+    """Train (if `train`) and evaluate each run of `todo` as a Ray task, keeping each evaluation
+    in evaluations.json.xz as its task ends; the training seconds and logs the tasks brought back."""
+    fanout.start(address)
+    out = Path(study.out_dir)
+
+    def keep(name: str, outcome: fanout.Outcome) -> None:
+        if outcome.evaluation is not None:
+            kept[name] = outcome.evaluation
+            _write_xz(out / EVALUATIONS, json.dumps(dict(sorted(kept.items()))).encode("utf-8"))
+
+    outcomes = fanout.fan_out(
+        train_and_evaluate, todo, lambda name, cfg: (study, name, cfg, data, kept.get(name), train), keep
+    )
+    seconds = {n: o.seconds for n, o in outcomes.items() if o.seconds is not None}
+    return seconds, {n: o.records for n, o in outcomes.items() if o.records}
+
+
+def train_and_evaluate(
+    study: Study, name: str, cfg: Config, data: dict, cached: dict | None, train: bool = True
+) -> fanout.Outcome:
+    """One run from start to end, as a Ray task runs it: trained on cfg.train.threads threads
+    (resuming its last.pt), then evaluated (or its `cached` evaluation, if still its own)."""
+    set_threads(cfg.train.threads)
+    seconds = None
+    if train:
+        seconds = Trainer(cfg, resume=_run_here(cfg)).train().seconds
+    metrics = Path(cfg.train.run_dir) / "metrics.jsonl"
+    return fanout.Outcome(
+        seconds=seconds,
+        evaluation=_evaluation(study, name, cfg, data, cached),
+        records=read_metrics(metrics) if metrics.exists() else [],
+    )
+
+
+def _curves(
+    out: Path, configs: dict[str, Config], brought: dict[str, list[dict]] | None = None
+) -> dict[str, list[dict]]:
+    """Each model's training log: its run directory's metrics.jsonl, else the records a Ray
+    task `brought` back, else those that an earlier report kept in curves.jsonl.xz; models with
+    none are left out."""
     kept: dict[str, list[dict]] = {}
     if (out / CURVES).exists():
         for r in read_metrics(out / CURVES):
             kept.setdefault(r.pop("run"), []).append(r)
+    kept.update(brought or {})
     curves = {}
     for name, cfg in configs.items():
         run = Path(cfg.train.run_dir) / "metrics.jsonl"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import asdict
 from functools import partial
@@ -66,6 +67,7 @@ class Trainer:
         self._build_model()
         self.run.check_space(3 * 4 * count_parameters(self.model) + 2**20)  # weights, Adam's moments
         self.progress = Progress()
+        self.on_validation: Callable[[dict[str, float]], None] | None = None  # a search's report (tune.py)
         if saved:
             self._restore(*saved)
         if self.ranks.main:
@@ -300,6 +302,9 @@ class Trainer:
         if self.cfg.train.keep_checkpoints:  # weights only, for averaging
             weights = {"model": self.model.state_dict(), "config": self.cfg.to_dict()}
             self.run.keep(self.progress.step, weights, self.cfg.train.keep_checkpoints)
+        if self.on_validation is not None and self.ranks.main:  # after last.pt: a trial stopped here resumes
+            p = self.progress
+            self.on_validation({"step": p.step, "minutes": p.seconds / 60, "bleu": bleu, "loss": loss})
 
     def _evaluate(self) -> list[float]:
         """Loss, BLEU, chrF and the seconds they took on the validation set, logged with samples."""

@@ -2,9 +2,7 @@
 by hand, and study files checked as configs are."""
 
 import csv
-import gzip
 import json
-import lzma
 
 import pytest
 import yaml
@@ -17,46 +15,13 @@ from lookback.study import run as study_module
 from lookback.study.run import _make_synth, compression_rows, load_study
 from lookback.translator import Translator
 
-from ..helpers import WORDS, assert_drawn, tiny_train_config, write_corpus
-
-LENGTHS = [3, 5, 9, 12, 18, 65]  # source words: three sentences of 1-10, two of 11-20, one of 61+
-
-
-def read_results(out):
-    """A study's results.json.gz: every table's numbers."""
-    with gzip.open(out / "results.json.gz", "rt", encoding="utf-8") as f:
-        return json.load(f)
-
-
-def kept_evaluations(out):
-    """A study's evaluations.json.xz: run -> its evaluation, outputs included."""
-    return json.loads(lzma.decompress((out / "evaluations.json.xz").read_bytes()))
+from ..helpers import assert_drawn
+from .studies import kept_evaluations, read_results, tiny_study
 
 
 @pytest.fixture
 def study_file(tmp_path):
-    base = tmp_path / "base.yaml"
-    raw = tiny_train_config(tmp_path, train={"max_steps": 20, "valid_every": 20})
-    base.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    words = sorted(WORDS)
-    pairs = [
-        (" ".join(words[i % 16] for i in range(n)), " ".join(WORDS[words[i % 16]] for i in range(n)))
-        for n in LENGTHS
-    ]
-    study = {
-        "name": "tiny",
-        "base": "base.yaml",
-        "out_dir": str(tmp_path / "out"),
-        "set": {"train.lr": 0.005},
-        "models": {"none": {"model.attention": "none"}, "additive": {"model.attention": "additive"}},
-        "tests": [write_corpus(tmp_path / "data", "lengths", pairs)],
-        "beam": [1, 3],
-        "hard_attention": [1],
-        "flops_lengths": [5, 20],
-    }
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")  # models in this order
-    return path
+    return tiny_study(tmp_path)
 
 
 def test_a_tiny_study_writes_every_table_and_plot_with_the_right_numbers(study_file, monkeypatch, capsys):
