@@ -32,6 +32,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("search", help="search YAML file, or a shipped one by name: tune/quickstart")
     p.add_argument(
+        "-o", "--out", metavar="DIR", help="where the trials and results go (default: the file's out_dir)"
+    )
+    p.add_argument(
         "--ray",
         default="local",
         metavar="ADDRESS",
@@ -88,6 +91,7 @@ def tune(args: argparse.Namespace) -> None:
     from ..study.tune import load_search, run_search
 
     search = load_search(args.search)
+    search.out_dir = args.out or search.out_dir
     result = run_search(search, args.ray)
     best = result["best"]
     shown = {k: f"{best[k]:.4g}" if isinstance(best[k], float) else best[k] for k in search.space}

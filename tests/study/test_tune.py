@@ -5,7 +5,11 @@ far better than a bad default (marked slow: Ray Tune starts in some seconds)."""
 import csv
 import importlib.util
 import json
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -121,15 +125,11 @@ def test_the_trials_table_and_best_config_by_hand(tmp_path):
     )
 
 
-@pytest.mark.slow
-def test_a_tiny_search_finds_a_learning_rate_far_better_than_a_bad_default(tmp_path, capsys):
-    """The reverse task (3-8 symbols), a tiny GRU with attention (d = 32), 300 updates a trial on 1
-    thread, where Adam at 3e-3 to 1e-2 reaches a validation BLEU above 90 and the base's 1e-5
-    learns nothing. Six trials on a local Ray of 2 CPUs (two at once), ASHA at 100 and 200
-    updates."""
-    require(importlib.util.find_spec("ray"), "no ray: pip install 'lookback[ray]'")
-    from lookback.training.train import train
-
+def _reverse_search(tmp_path, trials: int) -> Path:
+    """search.yaml in tmp_path: Adam's learning rate in [1e-5, 3e-2] for the reverse task (3-8
+    symbols), a tiny GRU with attention (d = 32), 300 updates a trial on 1 thread, where a rate
+    of 3e-3 to 1e-2 reaches a validation BLEU above 90 and the base's 1e-5 learns nothing; ASHA
+    at 100 and 200 updates."""
     data = synth_corpus("reverse", tmp_path / "data", (3, 8), seed=1, sizes={"train": 2000, "val": 60})
     size = {"emb_size": 32, "hidden_size": 32, "dec_hidden_size": 32, "attention_size": 32}
     train_ = {"max_steps": 300, "valid_every": 100, "lr": 1e-5, "max_tokens": 1000, "valid_sample": 0}
@@ -146,21 +146,32 @@ def test_a_tiny_search_finds_a_learning_rate_far_better_than_a_bad_default(tmp_p
         "base": "base.yaml",
         "out_dir": str(tmp_path / "out"),
         "space": {"train.lr": {"log": [1e-5, 3e-2]}},
-        "trials": 6,
+        "trials": trials,
         "grace": 100,
         "reduction": 2,
     }
     (tmp_path / "search.yaml").write_text(yaml.safe_dump(search), encoding="utf-8")
+    return tmp_path / "search.yaml"
 
-    assert main(["tune", str(tmp_path / "search.yaml")]) == 0
+
+@pytest.mark.slow
+def test_a_tiny_search_finds_a_learning_rate_far_better_than_a_bad_default(tmp_path, capsys):
+    """Six trials of `_reverse_search` on a local Ray of 2 CPUs (two at once)."""
+    require(importlib.util.find_spec("ray"), "no ray: pip install 'lookback[ray]'")
+    from lookback.training.train import train
+
+    _reverse_search(tmp_path, trials=6)
+    out = tmp_path / "elsewhere"  # --out over the file's out_dir
+    assert main(["tune", str(tmp_path / "search.yaml"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "tune reverse: 6 trials" in printed and "best.yaml" in printed
-    result = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    assert "tune reverse: 6 trials" in printed and str(out / "best.yaml") in printed
+    assert not (tmp_path / "out").exists()
+    result = json.loads((out / "results.json").read_text(encoding="utf-8"))
     default = train(load_config(tmp_path / "base.yaml", [f"train.run_dir={tmp_path / 'default'}"]))
     default_bleu = max(r["bleu"] for r in history(read_metrics(default), "valid"))
     assert result["best"]["train.lr"] > 1e-3
     assert result["best"]["bleu"] > default_bleu + 20
-    assert load_config(tmp_path / "out" / "best.yaml").train.lr == result["best"]["train.lr"]
+    assert load_config(out / "best.yaml").train.lr == result["best"]["train.lr"]
     assert len(result["trials"]) == 6 and result["trial_holds"] == {"num_cpus": 1, "num_gpus": 0}
 
 
@@ -173,3 +184,33 @@ def test_without_ray_the_commands_say_how_to_get_it_in_one_line(monkeypatch, tmp
     assert main(["study", str(study), "--ray"]) == 2
     assert "Ray is not installed" in capsys.readouterr().err
     assert not (tmp_path / "study" / "out" / "runs").exists()  # said before any work
+
+
+@pytest.mark.slow
+def test_a_search_stopped_with_ctrl_c_goes_on_where_it_was(tmp_path):
+    """`lookback tune` in a process of its own, interrupted (SIGINT, as Ctrl-C) once a trial has
+    validated; run again, it restores the search and ends with its four trials, those begun
+    before the stop among them, and no fifth."""
+    require(importlib.util.find_spec("ray"), "no ray: pip install 'lookback[ray]'")
+    path = _reverse_search(tmp_path, trials=4)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "lookback", "tune", str(path)]
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None:
+        logs = out.glob("trials/*/metrics.jsonl")
+        if any('"kind": "valid"' in p.read_text(encoding="utf-8") for p in logs):
+            break
+        time.sleep(0.1)
+    assert first.poll() is None, "the search ended before the test could stop it"
+    first.send_signal(signal.SIGINT)
+    first.wait(timeout=120)
+    begun = {p.name for p in (out / "trials").iterdir()}
+    assert begun
+
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "tune reverse: 4 trials" in again.stdout
+    result = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert begun <= {r["trial"] for r in result["trials"]} and len(result["trials"]) == 4
