@@ -154,27 +154,6 @@ def _reverse_search(tmp_path, trials: int) -> Path:
     return tmp_path / "search.yaml"
 
 
-@pytest.mark.slow
-def test_a_tiny_search_finds_a_learning_rate_far_better_than_a_bad_default(tmp_path, capsys):
-    """Six trials of `_reverse_search` on a local Ray of 2 CPUs (two at once)."""
-    require(importlib.util.find_spec("ray"), "no ray: pip install 'lookback[ray]'")
-    from lookback.training.train import train
-
-    _reverse_search(tmp_path, trials=6)
-    out = tmp_path / "elsewhere"  # --out over the file's out_dir
-    assert main(["tune", str(tmp_path / "search.yaml"), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "tune reverse: 6 trials" in printed and str(out / "best.yaml") in printed
-    assert not (tmp_path / "out").exists()
-    result = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    default = train(load_config(tmp_path / "base.yaml", [f"train.run_dir={tmp_path / 'default'}"]))
-    default_bleu = max(r["bleu"] for r in history(read_metrics(default), "valid"))
-    assert result["best"]["train.lr"] > 1e-3
-    assert result["best"]["bleu"] > default_bleu + 20
-    assert load_config(out / "best.yaml").train.lr == result["best"]["train.lr"]
-    assert len(result["trials"]) == 6 and result["trial_holds"] == {"num_cpus": 1, "num_gpus": 0}
-
-
 def test_without_ray_the_commands_say_how_to_get_it_in_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where it is not installed
     assert main(["tune", str(_search_file(tmp_path))]) == 2
@@ -187,14 +166,17 @@ def test_without_ray_the_commands_say_how_to_get_it_in_one_line(monkeypatch, tmp
 
 
 @pytest.mark.slow
-def test_a_search_stopped_with_ctrl_c_goes_on_where_it_was(tmp_path):
-    """`lookback tune` in a process of its own, interrupted (SIGINT, as Ctrl-C) once a trial has
-    validated; run again, it restores the search and ends with its four trials, those begun
-    before the stop among them, and no fifth."""
+def test_a_tiny_search_stopped_with_ctrl_c_goes_on_and_beats_a_bad_default(tmp_path):
+    """`lookback tune --out DIR` with four trials of `_reverse_search`, on a local Ray of 2 CPUs (two
+    at once), in a process of its own, interrupted (SIGINT, as Ctrl-C) once a trial has validated.
+    Run again, it restores the search and ends with its four trials, those begun before the stop
+    among them, and no fifth; the best learning rate is far better than the base's."""
     require(importlib.util.find_spec("ray"), "no ray: pip install 'lookback[ray]'")
+    from lookback.training.train import train
+
     path = _reverse_search(tmp_path, trials=4)
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "lookback", "tune", str(path)]
+    out = tmp_path / "elsewhere"  # --out over the file's out_dir
+    command = [sys.executable, "-m", "lookback", "tune", str(path), "--out", str(out)]
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
@@ -211,6 +193,14 @@ def test_a_search_stopped_with_ctrl_c_goes_on_where_it_was(tmp_path):
 
     again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    assert "tune reverse: 4 trials" in again.stdout
+    assert "tune reverse: 4 trials" in again.stdout and str(out / "best.yaml") in again.stdout
+    assert not (tmp_path / "out").exists()
     result = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert begun <= {r["trial"] for r in result["trials"]} and len(result["trials"]) == 4
+    assert result["trial_holds"] == {"num_cpus": 1, "num_gpus": 0}
+
+    default = train(load_config(tmp_path / "base.yaml", [f"train.run_dir={tmp_path / 'default'}"]))
+    default_bleu = max(r["bleu"] for r in history(read_metrics(default), "valid"))
+    assert result["best"]["train.lr"] > 1e-3
+    assert result["best"]["bleu"] > default_bleu + 20
+    assert load_config(out / "best.yaml").train.lr == result["best"]["train.lr"]
