@@ -33,23 +33,13 @@ from ..data.tokenizer import BOS, EOS
 from ..model.coverage import FLOOR
 from ..model.decoder import SOFT, Look
 from ..model.seq2seq import Seq2Seq
-from .search import Hypothesis, decode_step, max_lengths, on_model
+from .search import Hypothesis, decode_step, end_at_limit, max_lengths, on_model
 
 
 def longest(src: Tensor, max_ratio: float) -> int:
     """T, the most output steps any sentence of src (B, S) may take, from its padded length S
     (the longest source): no look at src_len, which lives on the device."""
     return math.ceil(src.size(1) * max_ratio) + 5
-
-
-def end_at_limit(logp: Tensor, tokens: Tensor, eos: Tensor, at_limit: Tensor) -> tuple[Tensor, Tensor]:
-    """search.only_eos_at_limit without its `any()`: rows at their length limit (R,) may only end,
-    at log P(</s>) (R, 1)."""
-    only_eos = torch.full_like(logp, float("-inf"))
-    only_eos[:, :1] = eos
-    return torch.where(at_limit.unsqueeze(-1), only_eos, logp), tokens.masked_fill(
-        at_limit.unsqueeze(-1), EOS
-    )
 
 
 def rank(logprob: Tensor, length: int | Tensor, cover: Tensor | None, power: float, beta: float) -> Tensor:

@@ -111,12 +111,18 @@ def only_eos_at_limit(logp: Tensor, tokens: Tensor, eos: Tensor, at_limit: Tenso
     """Rows at their length limit (R,) may only end: </s>, at its own log P `eos` (R, 1), as
     when a hypothesis ends by itself (fairseq does the same), so that an output cut at the
     limit does not get its end for free. logp, tokens (R, n) as `top_tokens` gives them."""
-    if not at_limit.any():
+    if not at_limit.any():  # on the host: most steps have no row at its limit
         return logp, tokens
+    return end_at_limit(logp, tokens, eos, at_limit)
+
+
+def end_at_limit(logp: Tensor, tokens: Tensor, eos: Tensor, at_limit: Tensor) -> tuple[Tensor, Tensor]:
+    """only_eos_at_limit without a look at the device: what the search on the device (on_device.py)
+    runs at every step."""
+    rows = at_limit.unsqueeze(-1)  # (R, 1)
     only_eos = torch.full_like(logp, float("-inf"))
     only_eos[:, :1] = eos
-    logp = torch.where(at_limit.unsqueeze(-1), only_eos, logp)
-    return logp, tokens.masked_fill(at_limit.unsqueeze(-1), EOS)
+    return torch.where(rows, only_eos, logp), tokens.masked_fill(rows, EOS)
 
 
 def search_bytes(sentences: int, beam: int, vocab: int, src_len: int, out_len: int, state_size: int) -> int:

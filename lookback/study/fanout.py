@@ -91,11 +91,16 @@ def holds(cfg: Config, node_cpus: int, gpus: float) -> dict[str, float]:
     return {"num_cpus": t.threads or node_cpus, "num_gpus": 1 if gpu else 0}
 
 
-def _task(run: Callable[..., Outcome], cwd: str, args: tuple[Any, ...]) -> Outcome:
-    """One run in a Ray worker: in the driver's folder (the study's relative paths), with log
-    lines as the driver's."""
+def in_worker(cwd: str) -> None:
+    """A Ray worker set up as the driver: in its folder (the relative paths of a study or a
+    search), with its log lines."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.chdir(cwd)
+
+
+def _task(run: Callable[..., Outcome], cwd: str, args: tuple[Any, ...]) -> Outcome:
+    """One run in a Ray worker, set up as the driver."""
+    in_worker(cwd)
     return run(*args)
 
 

@@ -156,9 +156,9 @@ class Study:
                 if only and model not in only and name not in only:
                     continue
                 run_dir = Path(self.out_dir) / "runs" / name
-                cell, own = _as_sets(self.grid.get(label)), _as_sets(self.models[model])
+                cell, own = as_sets(self.grid.get(label)), as_sets(self.models[model])
                 seeded = [] if seed is None else [f"train.seed={seed}"]
-                sets = [*_as_sets(self.set), *cell, *own, *extra, *seeded, f"train.run_dir={run_dir}"]
+                sets = [*as_sets(self.set), *cell, *own, *extra, *seeded, f"train.run_dir={run_dir}"]
                 try:
                     out[name] = load_config(self.base, sets)
                 except ConfigError as exc:
@@ -179,7 +179,8 @@ class Study:
         return runs
 
 
-def _as_sets(values: dict[str, Any] | None) -> list[str]:
+def as_sets(values: dict[str, Any] | None) -> list[str]:
+    """Overrides {key: value} as --set strings (a study's models and cells, a search's values)."""
     return [f"{k}={json.dumps(v)}" for k, v in (values or {}).items()]  # JSON scalars are YAML scalars
 
 
@@ -218,7 +219,7 @@ def train_models(configs: dict[str, Config]) -> dict[str, float]:
     seconds = {}
     for name, cfg in configs.items():
         logger.info("study: %s", name)
-        progress = Trainer(cfg, resume=(Path(cfg.train.run_dir) / "last.pt").exists()).train()
+        progress = Trainer(cfg, resume=_run_here(cfg)).train()
         seconds[name] = progress.seconds  # training time across resumes
     return seconds
 
@@ -748,8 +749,8 @@ def _overrides(study: Study, run: str) -> list[str]:
     """What a run 'model@cell#seed' sets over the study's base: its model's, cell's and seed's."""
     (model, _, cell), seed = family(run).partition("@"), run.partition("#")[2]
     return (
-        _as_sets(study.models[model])
-        + _as_sets(study.grid.get(cell))
+        as_sets(study.models[model])
+        + as_sets(study.grid.get(cell))
         + ([f"train.seed={seed}"] if seed else [])
     )
 

@@ -53,6 +53,7 @@ from ..explain.curves import history, read_metrics
 from ..figures import save_figure
 from ..yamlfile import read_yaml
 from . import fanout
+from .run import as_sets
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class Search:
 
     def config(self, values: dict[str, Any], run_dir: str | None = None) -> Config:
         """The base config with `set`, then a trial's `values` (and its run directory)."""
-        sets = [*_as_sets(self.set), *_as_sets(values)]
+        sets = [*as_sets(self.set), *as_sets(values)]
         return load_config(self.base, sets + ([f"train.run_dir={run_dir}"] if run_dir else []))
 
     def clock(self) -> tuple[str, float]:
@@ -88,10 +89,6 @@ class Search:
         ('updates', train.max_steps)."""
         t = self.config({}).train
         return ("minutes", t.time_limit) if t.time_limit else ("updates", float(t.max_steps))
-
-
-def _as_sets(values: dict[str, Any] | None) -> list[str]:
-    return [f"{k}={json.dumps(v)}" for k, v in (values or {}).items()]  # JSON scalars are YAML scalars
 
 
 def _check_space(space: dict[str, dict[str, Any]], where: str) -> list[str]:
@@ -163,8 +160,7 @@ def _trial(values: dict[str, Any], search: Search, cwd: str) -> None:  # pragma:
 
     from ..training.train import Trainer
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    os.chdir(cwd)
+    fanout.in_worker(cwd)
     run_dir = Path(search.out_dir) / "trials" / tune.get_context().get_trial_id()
     cfg = search.config(values, str(run_dir))
     trainer = Trainer(cfg, resume=(run_dir / "last.pt").exists())
