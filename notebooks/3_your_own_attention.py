@@ -38,6 +38,7 @@ if importlib.util.find_spec("lookback") is None:
     )
 
 # %%
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -53,7 +54,7 @@ from lookback.data.synth import sequence_accuracy, synth_corpus
 from lookback.decoding.evaluate import group_by_length
 from lookback.training.train import train
 
-SYNTH_MINUTES = 1  # training minutes of each model
+SYNTH_MINUTES = float(os.environ.get("LOOKBACK_SYNTH_MINUTES", 1))  # training minutes of each model
 RUNS = Path("runs")  # beside this notebook
 
 # %% [markdown]

@@ -44,6 +44,7 @@ if importlib.util.find_spec("lookback") is None:
     )
 
 # %%
+import os
 from pathlib import Path
 
 import torch
@@ -54,7 +55,8 @@ from lookback.data.read import read_parallel
 from lookback.data.synth import synth_corpus
 from lookback.training.train import train
 
-SYNTH_MINUTES = 1  # training minutes of each model (notebook 1 may have trained them: loaded)
+# training minutes of each model (notebook 1 may have trained them: loaded); the tests run half
+SYNTH_MINUTES = float(os.environ.get("LOOKBACK_SYNTH_MINUTES", 1))
 RUNS = Path("runs")  # beside this notebook
 
 data = synth_corpus(
