@@ -81,10 +81,12 @@ def exists(path: Path) -> bool:
 def redrawn(page: Path, file: Path) -> bool:
     """A study report's plot that git does not keep (.gitignore: a study only the lab log reads)
     because `lookback study FILE --evaluate-only` draws it again from the kept evaluations."""
-    if page.name != "report.md" or page.parent.parent != ROOT / "results" / "study" or file.suffix != ".png":
+    study = page.parent
+    if page.name != "report.md" or study.parent != ROOT / "results" / "study":
         return False
-    ignored = subprocess.run(["git", "check-ignore", "-q", str(file)], cwd=ROOT, check=False)
-    return file.parent == page.parent and ignored.returncode == 0
+    if file.parent != study or file.suffix != ".png":
+        return False
+    return subprocess.run(["git", "check-ignore", "-q", str(file)], cwd=ROOT, check=False).returncode == 0
 
 
 def test_a_report_may_link_only_the_plots_git_ignores_for_evaluate_only():

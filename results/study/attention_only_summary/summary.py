@@ -8,8 +8,8 @@ pairs joined 1-4 at a time) and model, over the seeds evaluated so far (mean, an
 
 - training: updates in the 12 minutes, target tokens/s (each run's median), validation BLEU at
   the end, and the minutes to 40 and 50 validation BLEU (time to quality; none: never);
-- test BLEU at greedy and beam 5 on each test set, by source length at beam 5, and the buckets
-  where beam 5 falls below greedy;
+- test BLEU at greedy and beam 5 on each test set (and each seed's), by source length at beam 5,
+  and the buckets where beam 5 falls below greedy;
 - decoding speed: sentences/s over the whole test set (its buckets' times added up), greedy and
   beam 5, batches as `lookback translate` makes them;
 - paired tests (sacreBLEU's bootstrap and randomisation on the first seed's outputs, with the
@@ -97,7 +97,7 @@ def main(study: Path = STUDY) -> None:
         for spec, ref in refs.items():
             print(f"### {spec}\n")
             buckets = None
-            rows = []
+            rows, by_seed = [], []
             for model in MODELS:
                 runs = sorted(r for r in evaluations if split(r) == (model, cell))
                 if not runs:
@@ -109,6 +109,8 @@ def main(study: Path = STUDY) -> None:
                 }
                 speed = {k: [sentences_per_s(t[f"beam{k}"]["buckets"]) for t in tests] for k in (1, 5)}
                 by_length = [spread([t["beam5"]["buckets"][b]["bleu"] for t in tests], 1) for b in buckets]
+                seeds = " / ".join(f"{b5:.2f} ({b1:.2f})" for b1, b5 in zip(bleu[1], bleu[5], strict=True))
+                by_seed.append(f"{model} {seeds}")
                 rows.append(
                     f"| {model} | {spread(bleu[1])} | {spread(bleu[5])} | {spread(speed[1], 1)} "
                     f"| {spread(speed[5], 1)} | " + " | ".join(by_length) + " |"
@@ -116,6 +118,7 @@ def main(study: Path = STUDY) -> None:
             print("| model | greedy | beam 5 | sent/s greedy | sent/s beam 5 | " + " | ".join(buckets) + " |")
             print("|---|---|---|---|---|" + "---|" * len(buckets))
             print("\n".join(rows), "\n")
+            print("Each seed in turn, beam 5 (greedy):", "; ".join(by_seed), "\n")
             below = [
                 f"{r} {b} ({t['beam5']['buckets'][b]['bleu']:.1f} < {t['beam1']['buckets'][b]['bleu']:.1f})"
                 for r in sorted(evaluations)
