@@ -181,6 +181,7 @@ class TrainConfig:
     lr_patience: int = at_least(2, 0)  # ... after this many validations without a better BLEU
     min_lr: float = at_least(1e-5, 0)  # never below this
     valid_every: int = at_least(500, 1)  # validate every this many updates
+    valid_minutes: float = at_least(0.0, 0)  # ... and at each multiple of this many training minutes (0: off)
     valid_sample: int = at_least(3, 0)  # translations printed at each validation
     probe: int = at_least(32, 0)  # validation pairs whose attention entropy and diagonal weight are logged
     probe_every: int = at_least(0, 0)  # also probe attention every N updates from 0 (0: validations only)

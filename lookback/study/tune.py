@@ -7,7 +7,8 @@ trials to run; each trial trains the base config with its values on the config's
 TPE sampler proposes the next trial's values from those before; Ray Tune's ASHA scheduler
 stops a trial that, at a rung of its clock (`grace`, grace x reduction, ...), is not in the
 top 1/reduction of the trials that reached that rung. So most trials cost a few minutes and
-the promising ones get the whole clock.
+the promising ones get the whole clock. On a clock in minutes every trial also validates each
+`grace` minutes (train.valid_minutes), so it reaches a rung on time whatever its batch size.
 
     name: quickstart
     base: ../quickstart.yaml                     # relative to this file
@@ -80,9 +81,14 @@ class Search:
     seed: int = at_least(1, 0)  # the sampler's seed
 
     def config(self, values: dict[str, Any], run_dir: str | None = None) -> Config:
-        """The base config with `set`, then a trial's `values` (and its run directory)."""
+        """The base config with `set`, then a trial's `values` (and its run directory). On a clock
+        in minutes a trial also validates every `grace` minutes unless train.valid_minutes says
+        otherwise, so that it reports at every rung (grace x reduction^k) whatever its batch."""
         sets = [*as_sets(self.set), *as_sets(values)]
-        return load_config(self.base, sets + ([f"train.run_dir={run_dir}"] if run_dir else []))
+        cfg = load_config(self.base, sets + ([f"train.run_dir={run_dir}"] if run_dir else []))
+        if cfg.train.time_limit and not cfg.train.valid_minutes:
+            cfg.train.valid_minutes = self.grace
+        return cfg
 
     def clock(self) -> tuple[str, float]:
         """What a trial's clock counts, and how far it goes: ('minutes', train.time_limit), else

@@ -26,6 +26,7 @@ class Progress:
     best_bleu: float = -1.0  # best validation BLEU so far
     bad_validations: int = 0  # validations since the best, for early stopping
     seconds: float = 0.0  # training time so far, across resumes
+    validated_at: float = 0.0  # training time at the last validation (train.valid_minutes counts from it)
     done: bool = False  # a stopping rule has fired
     skipped: int = 0  # updates skipped for a NaN or infinite loss (train.nonfinite: skip)
 
@@ -42,6 +43,16 @@ def stop_reason(cfg: TrainConfig, p: Progress) -> str | None:
     if cfg.time_limit and p.seconds >= cfg.time_limit * 60:
         return f"time limit of {cfg.time_limit:g} minutes reached"
     return None
+
+
+def valid_due(cfg: TrainConfig, p: Progress) -> bool:
+    """Whether to validate after this update: every train.valid_every updates, and, with
+    train.valid_minutes T, at the first update past each multiple of T minutes of training (so a
+    search that stops trials at minutes 3, 9, ... sees each trial there, whatever its batch)."""
+    if p.step % cfg.valid_every == 0:
+        return True
+    period = cfg.valid_minutes * 60
+    return bool(period) and p.seconds // period > p.validated_at // period
 
 
 LINE_EVERY = 60.0  # seconds between progress lines where no bar shows

@@ -43,7 +43,7 @@ from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
 from .checkpoint import RunDir, require_tensorboard
 from .fit import check_batch
-from .progress import Progress, Window, progress_line, stop_reason, stop_signals
+from .progress import Progress, Window, progress_line, stop_reason, stop_signals, valid_due
 from .schedule import LearningRate, parameter_groups
 
 logger = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class Trainer:
                     window = self._log_train(window, bar)
                 if cfg.probe_every and p.step % cfg.probe_every == 0:
                     self._probe()
-                if (reason := stop_reason(cfg, p)) or p.step % cfg.valid_every == 0:
+                if (reason := stop_reason(cfg, p)) or valid_due(cfg, p):
                     self.validate()
                     reason = stop_reason(cfg, p)  # early stopping counts this validation
                 if not reason and self.ranks.any(signals):
@@ -284,6 +284,7 @@ class Trainer:
         """Validation loss and greedy BLEU (rank 0's, on every rank); the learning-rate schedule,
         the best BLEU and early stopping; metrics and checkpoints."""
         self.rank_rng = self.ranks.gather_rng(self.device)
+        self.progress.validated_at = self.progress.seconds  # train.valid_minutes counts from here
         loss, bleu, chrf, seconds = self.ranks.from_main(self._evaluate, 4)
         improved = self._track(bleu)
         ppl = math.exp(min(loss, 50))

@@ -48,8 +48,19 @@ def test_a_search_file_is_read_with_its_base_and_clock(tmp_path):
     assert search.clock() == ("updates", 40.0)  # the tiny config's max_steps, no time limit
     cfg = search.config({"train.lr": 0.002, "model.dropout": 0.1}, run_dir=str(tmp_path / "t1"))
     assert (cfg.train.lr, cfg.model.dropout, cfg.train.run_dir) == (0.002, 0.1, str(tmp_path / "t1"))
-    timed = load_search(_search_file(tmp_path, base_train={"time_limit": 12}))
+    timed = load_search(_search_file(tmp_path, base_train={"time_limit": 12}, grace=3))
     assert timed.clock() == ("minutes", 12.0)
+
+
+def test_on_a_clock_in_minutes_a_trial_validates_at_every_rung(tmp_path):
+    # rungs at 3 and 9 of 12 minutes: a trial validates at each multiple of 3 minutes, however
+    # long its valid_every updates take; on a clock of updates valid_every alone decides
+    timed = load_search(_search_file(tmp_path, base_train={"time_limit": 12}, grace=3))
+    assert timed.config({}).train.valid_minutes == 3
+    own = {"train.valid_minutes": 1}
+    told = load_search(_search_file(tmp_path, base_train={"time_limit": 12}, grace=3, set=own))
+    assert told.config({}).train.valid_minutes == 1  # the search file's own cadence is kept
+    assert load_search(_search_file(tmp_path)).config({}).train.valid_minutes == 0
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from lookback.config import TrainConfig, from_dict
+from lookback.explain.curves import history, read_metrics
 from lookback.training import progress as progress_module
-from lookback.training.progress import Progress, progress_line, stop_reason, stop_signals
+from lookback.training.progress import Progress, progress_line, stop_reason, stop_signals, valid_due
 from lookback.training.train import Trainer
 
 from ..helpers import tiny_train_config
@@ -35,6 +36,40 @@ from ..helpers import tiny_train_config
 def test_the_stopping_rule(train, progress, reason):
     got = stop_reason(TrainConfig(**train), Progress(**progress))
     assert got == reason if reason is None else reason in got
+
+
+@pytest.mark.parametrize(
+    ("minutes", "step", "seconds", "validated_at", "due"),
+    [
+        (0, 1000, 0.0, 0.0, True),  # every valid_every = 500 updates
+        (0, 999, 1e6, 0.0, False),  # no clock cadence: updates only
+        (3, 7, 180.2, 179.9, True),  # 3:00 passed during this update
+        (3, 7, 359.0, 180.2, False),
+        (3, 7, 361.0, 180.2, True),
+        (3, 501, 360.5, 350.0, True),  # a validation by updates at 5:50 does not move the one at 6:00
+        (3, 501, 362.0, 360.5, False),
+    ],
+)
+def test_validation_comes_every_valid_every_updates_and_at_every_valid_minutes(
+    minutes, step, seconds, validated_at, due
+):
+    cfg = TrainConfig(valid_every=500, valid_minutes=minutes)
+    assert valid_due(cfg, Progress(step=step, seconds=seconds, validated_at=validated_at)) is due
+
+
+def test_a_run_validates_on_its_clock_and_a_resumed_run_counts_from_its_last_validation(tmp_path):
+    # valid_minutes of a millionth of a second: every update crosses one, so every update validates
+    raw = tiny_train_config(tmp_path, train={"max_steps": 5, "valid_every": 1000, "valid_minutes": 1e-9})
+    Trainer(from_dict(raw)).train()
+    trainer = Trainer(from_dict(raw | {"train": raw["train"] | {"max_steps": 7}}), resume=True)
+    assert trainer.progress.validated_at > 0  # saved with the run
+    trainer.train()
+    steps = [r["step"] for r in history(read_metrics(tmp_path / "run"), "valid")]
+    assert steps == [1, 2, 3, 4, 5, 6, 7]
+    raw = tiny_train_config(tmp_path / "off", train={"max_steps": 5, "valid_every": 1000})
+    Trainer(from_dict(raw)).train()
+    off = history(read_metrics(tmp_path / "off" / "run"), "valid")
+    assert [r["step"] for r in off] == [5]  # without valid_minutes: the last update's only
 
 
 class Terminal(io.StringIO):
