@@ -57,12 +57,13 @@ def test_validation_comes_every_valid_every_updates_and_at_every_valid_minutes(
     assert valid_due(cfg, Progress(step=step, seconds=seconds, validated_at=validated_at)) is due
 
 
-def test_a_run_validates_on_its_clock_and_a_resumed_run_counts_from_its_last_validation(tmp_path):
-    # valid_minutes of a millionth of a second: every update crosses one, so every update validates
+def test_a_run_validates_on_its_clock_and_a_resumed_run_keeps_its_last_validation_time(tmp_path):
+    # valid_minutes of 1e-9 (60 ns): every update crosses a multiple, so every update validates
     raw = tiny_train_config(tmp_path, train={"max_steps": 5, "valid_every": 1000, "valid_minutes": 1e-9})
     Trainer(from_dict(raw)).train()
+    last = history(read_metrics(tmp_path / "run"), "valid")[-1]
     trainer = Trainer(from_dict(raw | {"train": raw["train"] | {"max_steps": 7}}), resume=True)
-    assert trainer.progress.validated_at > 0  # saved with the run
+    assert trainer.progress.validated_at == pytest.approx(last["seconds"], abs=0.01)  # from the checkpoint
     trainer.train()
     steps = [r["step"] for r in history(read_metrics(tmp_path / "run"), "valid")]
     assert steps == [1, 2, 3, 4, 5, 6, 7]
