@@ -44,7 +44,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
     data = sub.add_parser("data", help="make corpora")
     data_sub = data.add_subparsers(dest="data_command", required=True)
-    p = data_sub.add_parser("synth", help="write a synthetic parallel corpus (copy, reverse, translate)")
+    p = data_sub.add_parser("synth", help=f"write a synthetic parallel corpus ({', '.join(TASKS)})")
     p.add_argument("--task", required=True, choices=TASKS, help="what the target is made from the source")
     p.add_argument(
         "--lengths", required=True, metavar="LO-HI", help="source lengths in words, LO-HI, e.g. 5-100"

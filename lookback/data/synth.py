@@ -16,6 +16,10 @@ the two is the bottleneck and nothing else:
   an adjective directly followed by a noun is swapped in the target, as in
   "black cat" -> "chat noir". Read left to right, pairs do not overlap:
   ``ADJ ADJ NOUN`` -> ``ADJ' NOUN' ADJ'``.
+- ``articles``: ``translate`` with an article before each target noun, ``le`` or ``la`` by
+  the noun's gender, as in "black cat" -> "le chat noir". The target is longer than the
+  source by as many words as it has nouns, so a target position no longer names a source
+  position: a decoder must keep track of where it is in the source by what it has written.
 
 Source words are drawn uniformly from `vocab` words, with lengths uniform in
 [lo, hi]. The lexicon and the word classes depend only on `vocab`, never on
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-TASKS = ("copy", "reverse", "translate")
+TASKS = ("copy", "reverse", "translate", "articles")
 SPLITS = ("train", "val", "test")
 DEFAULT_SIZES = {"train": 20000, "val": 500, "test": 1000}  # sentence pairs per split
 
@@ -44,6 +48,7 @@ class Language:
 
     lexicon: dict[str, str]  # source word -> target word, one-to-one
     adjectives: frozenset[str]  # source words that swap with a following noun; the rest are nouns
+    feminine: frozenset[str] = frozenset()  # nouns whose article is "la" (task ``articles``); others "le"
 
 
 @lru_cache(maxsize=8)
@@ -54,7 +59,9 @@ def language(vocab: int) -> Language:
     rng.shuffle(targets)
     sources = source_words(vocab)
     adjectives = rng.sample(sources, vocab // 2)
-    return Language(dict(zip(sources, targets, strict=True)), frozenset(adjectives))
+    nouns = [w for w in sources if w not in set(adjectives)]
+    feminine = rng.sample(nouns, len(nouns) // 2)
+    return Language(dict(zip(sources, targets, strict=True)), frozenset(adjectives), frozenset(feminine))
 
 
 def source_words(vocab: int) -> list[str]:
@@ -62,15 +69,21 @@ def source_words(vocab: int) -> list[str]:
     return [f"a{i}" for i in range(vocab)]
 
 
-def translate(words: list[str], lang: Language) -> list[str]:
-    """Word-by-word translation through the lexicon, swapping each adjective-noun pair."""
+def translate(words: list[str], lang: Language, articles: bool = False) -> list[str]:
+    """Word-by-word translation through the lexicon, swapping each adjective-noun pair; with
+    `articles`, each noun comes after its article ("le" or "la", by the noun's gender)."""
+
+    def noun(word: str) -> list[str]:
+        article = ["la" if word in lang.feminine else "le"] if articles else []
+        return article + [lang.lexicon[word]]
+
     out, i = [], 0
     while i < len(words):
         if i + 1 < len(words) and words[i] in lang.adjectives and words[i + 1] not in lang.adjectives:
-            out += [lang.lexicon[words[i + 1]], lang.lexicon[words[i]]]  # "black cat" -> "chat noir"
+            out += noun(words[i + 1]) + [lang.lexicon[words[i]]]  # "black cat" -> "(le) chat noir"
             i += 2
         else:
-            out.append(lang.lexicon[words[i]])
+            out += [lang.lexicon[words[i]]] if words[i] in lang.adjectives else noun(words[i])
             i += 1
     return out
 
@@ -109,7 +122,7 @@ def make_pairs(
         elif task == "reverse":
             tgt = src[::-1]
         else:
-            tgt = translate(src, language(vocab))
+            tgt = translate(src, language(vocab), articles=task == "articles")
         pairs.append((" ".join(src), " ".join(tgt)))
     return pairs
 

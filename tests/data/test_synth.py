@@ -44,7 +44,8 @@ def test_lengths_vocabulary_and_seeds(task):
     pairs = make_pairs(task, 300, (3, 7), seed=1, vocab=12)
     lengths = [len(s.split()) for s, _ in pairs]
     assert min(lengths) == 3 and max(lengths) == 7  # both ends inclusive
-    assert all(len(t.split()) == len(s.split()) for s, t in pairs)
+    if task != "articles":  # which adds one word per noun
+        assert all(len(t.split()) == len(s.split()) for s, t in pairs)
     assert {w for s, _ in pairs for w in s.split()} == {f"a{i}" for i in range(12)}
     assert make_pairs(task, 300, (3, 7), seed=1, vocab=12) == pairs
     assert make_pairs(task, 300, (3, 7), seed=2, vocab=12) != pairs
@@ -74,6 +75,32 @@ def test_translate_swaps_adjective_noun_pairs():
     assert tr("a1") == "b6"
 
 
+def test_articles_come_before_each_noun_by_its_gender():
+    lexicon = {"a0": "b5", "a1": "b6", "a2": "b7", "a3": "b8"}
+    lang = Language(lexicon, adjectives=frozenset({"a0", "a1"}), feminine=frozenset({"a3"}))
+
+    def tr(text: str) -> str:
+        return " ".join(translate(text.split(), lang, articles=True))
+
+    assert tr("a2 a3") == "le b7 la b8"  # each noun after its article
+    assert tr("a0 a2") == "le b7 b5"  # "black cat" -> "le chat noir": the article goes with the noun
+    assert tr("a0 a1 a3") == "b5 la b8 b6"  # ADJ ADJ NOUN -> ADJ' art NOUN' ADJ'
+    assert tr("a1") == "b6"  # an adjective alone takes none
+
+
+def test_articles_task_is_translate_with_articles():
+    lang = language(300)
+    assert lang.feminine and lang.feminine.isdisjoint(lang.adjectives)  # some nouns of each gender
+    assert not (set(lang.lexicon) - lang.adjectives) <= lang.feminine
+    plain = make_pairs("translate", 100, (3, 60), seed=5, vocab=300)
+    articles = make_pairs("articles", 100, (3, 60), seed=5, vocab=300)
+    for (src, tgt), (src2, tgt2) in zip(plain, articles, strict=True):
+        assert src == src2  # the same sources
+        assert [w for w in tgt2.split() if w not in ("le", "la")] == tgt.split()
+        nouns = sum(w not in lang.adjectives for w in src.split())
+        assert len(tgt2.split()) == len(tgt.split()) + nouns  # one article per noun
+
+
 def test_translate_task_follows_its_language():
     lang = language(20)
     adjective = sorted(lang.adjectives)[0]
@@ -96,7 +123,7 @@ def test_language_depends_only_on_vocab():
 @pytest.mark.parametrize(
     "task, lengths, message",
     [
-        ("sort", (1, 5), "unknown task 'sort' \\(valid: copy, reverse, translate\\)"),
+        ("sort", (1, 5), "unknown task 'sort' \\(valid: copy, reverse, translate, articles\\)"),
         ("copy", (0, 5), "lengths 0-5"),
         ("copy", (6, 5), "lengths 6-5"),
     ],
