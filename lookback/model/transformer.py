@@ -72,6 +72,20 @@ def future_mask(past: int, T: int, device: torch.device | None = None) -> Tensor
     return (j <= t).unsqueeze(0)
 
 
+def glorot(*linears: nn.Linear, parts: int = 1) -> None:
+    """Glorot & Bengio's (2010) uniform initialisation of each layer's weight, `parts` matrices
+    side by side along its outputs each on its own, with zero biases: what the Transformer's own
+    code (tensor2tensor) and its heirs use. With PyTorch's default for nn.Linear, a third of
+    this variance, the attention over the source stayed near uniform for the first few hundred
+    updates, then collapsed onto the wrong words, and the model never took off on long synthetic
+    sentences (docs/lab/transformer.md, 2026-12-04)."""
+    for linear in linears:
+        for w in linear.weight.data.chunk(parts, 0):
+            nn.init.xavier_uniform_(w)
+        if linear.bias is not None:
+            nn.init.zeros_(linear.bias)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (Vaswani et al. 3.2.2) from the notes' steps: each head's scores by
     the scaled-dot score, weights and contexts by the one masked `attend`, heads along the batch."""
@@ -82,6 +96,8 @@ class MultiHeadAttention(nn.Module):
         self.W_q = nn.Linear(query_size, attention_size)  # every head's W^Q_i, side by side
         self.W_kv = nn.Linear(memory_size, 2 * attention_size)  # W^K_i and W^V_i
         self.W_o = nn.Linear(attention_size, query_size)  # W^O
+        glorot(self.W_q, self.W_o)
+        glorot(self.W_kv, parts=2)  # W^K and W^V each as its own matrix
         self.score = ScaledDotScore()
         self.normalizer = normalizer  # step (2): softmax, or model.normalizer's sparsemax or entmax15
 
@@ -117,6 +133,7 @@ class FeedForward(nn.Sequential):
 
     def __init__(self, d: int, ff_size: int, dropout: float):
         super().__init__(nn.Linear(d, ff_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff_size, d))
+        glorot(self[0], self[3])
 
 
 class Sublayers(nn.Module):
