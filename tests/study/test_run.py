@@ -220,7 +220,7 @@ def test_study_files_list_every_problem_at_once_with_did_you_mean(tmp_path, stud
         "tests: got 3, expected a list of strings",
         "modles: unknown key (did you mean 'models'?)",
         "grid.h8: got [1], expected a mapping",
-        "synth.task: got 'revers', expected one of copy, reverse, translate",
+        "synth.task: got 'revers', expected one of copy, reverse, translate, articles",
         "synth.sed: unknown key (did you mean 'seed'?)",
         "synth.out: required, but missing or empty",
         "models: required, but missing or empty",
