@@ -113,7 +113,7 @@ def _as_list(value: Any) -> list:
 class SynthSpec:
     """A synthetic corpus that the study writes before anything else, unless it is there (lookback.synth)."""
 
-    task: Literal[TASKS] = required()  # what the target is made from the source: copy, reverse, translate
+    task: Literal[TASKS] = required()  # what the target is made from the source: one of synth.TASKS
     lengths: str | int = required(str, _LENGTHS)  # source lengths in words: LO-HI such as 5-60, or one
     out: str = required()  # folder for {train,val,test}.{src,tgt}
     seed: int = at_least(1, 0)  # seed of the train split; val and test use seed + 1 and seed + 2
