@@ -58,10 +58,9 @@ def language(vocab: int) -> Language:
     targets = [f"b{i}" for i in range(vocab)]
     rng.shuffle(targets)
     sources = source_words(vocab)
-    adjectives = rng.sample(sources, vocab // 2)
-    nouns = [w for w in sources if w not in set(adjectives)]
-    feminine = rng.sample(nouns, len(nouns) // 2)
-    return Language(dict(zip(sources, targets, strict=True)), frozenset(adjectives), frozenset(feminine))
+    adjectives = frozenset(rng.sample(sources, vocab // 2))
+    feminine = rng.sample([w for w in sources if w not in adjectives], (vocab - len(adjectives)) // 2)
+    return Language(dict(zip(sources, targets, strict=True)), adjectives, frozenset(feminine))
 
 
 def source_words(vocab: int) -> list[str]:

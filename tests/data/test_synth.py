@@ -44,7 +44,10 @@ def test_lengths_vocabulary_and_seeds(task):
     pairs = make_pairs(task, 300, (3, 7), seed=1, vocab=12)
     lengths = [len(s.split()) for s, _ in pairs]
     assert min(lengths) == 3 and max(lengths) == 7  # both ends inclusive
-    if task != "articles":  # which adds one word per noun
+    if task == "articles":  # one more word per noun
+        assert all(len(t.split()) >= len(s.split()) for s, t in pairs)
+        assert any(len(t.split()) > len(s.split()) for s, t in pairs)
+    else:
         assert all(len(t.split()) == len(s.split()) for s, t in pairs)
     assert {w for s, _ in pairs for w in s.split()} == {f"a{i}" for i in range(12)}
     assert make_pairs(task, 300, (3, 7), seed=1, vocab=12) == pairs

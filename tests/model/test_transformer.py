@@ -238,7 +238,8 @@ def _tiny(tmp_path, task: str, lengths: tuple[int, int], vocab: int = 50, **trai
     pairs."""
     from lookback.training.train import train as run_training
 
-    data = synth_corpus(task, tmp_path / "data", lengths, seed=1, sizes={"train": 3000, "val": 100})
+    sizes = {"train": 3000, "val": 100}
+    data = synth_corpus(task, tmp_path / "data", lengths, seed=1, sizes=sizes, vocab=vocab)
     raw = {
         "data": {
             "src_lang": "src",
@@ -275,8 +276,8 @@ def _tiny(tmp_path, task: str, lengths: tuple[int, int], vocab: int = 50, **trai
 
 def test_a_tiny_attention_only_model_learns_to_reorder_sources_of_up_to_40_words(tmp_path):
     """The toy translation of 20 words (a lexicon, each adjective-noun pair swapped), sources of
-    3-40 words: 90% of unseen sources translated exactly, greedily, after 400 updates (about 13 s
-    on 2 cores; 98% when it was written). A model that cannot find where it is in the source gets
+    3-40 words: 90% of unseen sources translated exactly, greedily, after 400 updates (about 12 s
+    on 2 cores). A model that cannot find where it is in the source gets
     every long sentence wrong somewhere."""
     run, (src, ref) = _tiny(
         tmp_path,
