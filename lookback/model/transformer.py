@@ -74,11 +74,11 @@ def future_mask(past: int, T: int, device: torch.device | None = None) -> Tensor
 
 def glorot(*linears: nn.Linear, parts: int = 1) -> None:
     """Glorot & Bengio's (2010) uniform initialisation of each layer's weight, `parts` matrices
-    side by side along its outputs each on its own, with zero biases: what the Transformer's own
-    code (tensor2tensor) and its heirs use. With PyTorch's default for nn.Linear, a third of
-    this variance, the attention over the source stayed near uniform for the first few hundred
-    updates, then collapsed onto the wrong words, and the model never took off on long synthetic
-    sentences (docs/lab/transformer.md, 2026-12-04)."""
+    side by side along its outputs each on its own, with zero biases, as fairseq's Transformer
+    starts (tensor2tensor's unit-scaling uniform has the same variance on square layers). With
+    PyTorch's default for nn.Linear, a third of this variance, the attention over the source
+    stayed near uniform for the first few hundred updates, then collapsed onto the wrong words,
+    and the model never took off on long synthetic sentences (docs/lab/transformer.md, 2026-12-04)."""
     for linear in linears:
         for w in linear.weight.data.chunk(parts, 0):
             nn.init.xavier_uniform_(w)
