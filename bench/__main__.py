@@ -34,6 +34,7 @@ RUNS = {
     "same-translations": "do two versions of lookback translate a trained model identically",
     "written-out-gru": "a GRU with its backward written out, against nn.GRU",
     "transformer-cache": "a transformer's search with its key-value cache, against recomputing the prefix",
+    "transformer-peer": "the attention-only model and the main job beside Joey NMT's Transformer",
     "ray-study": "a study on a local Ray instance against the same study run serially",
 }
 

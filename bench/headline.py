@@ -136,7 +136,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=list(settings.JOEY_RECIPES),
         metavar="RECIPE",
         help="also train Joey with its own recipe (a fourth system, joey_best): 'peer' (the peer file's: "
-        "Joey's plateau scheduler), 'iwslt' (Joey's own recurrent config) or 'same'; bench/settings.py",
+        "Joey's plateau scheduler), 'iwslt' (Joey's own recurrent config), 'transformer' (Joey's "
+        "Transformer for small data, sized to lookback's attention-only config) or 'same'; "
+        "bench/settings.py",
     )
     ap.add_argument(
         "--joey-set",

@@ -68,6 +68,28 @@ JOEY_RECIPES: dict[str, dict[str, Any]] = {
         "decrease_factor": 0.7,
         "patience": 8,
     },
+    # Joey's Transformer for small data (its configs/iwslt14_deen_sp.yaml): pre-norm layers,
+    # Xavier-uniform weights, zero biases, scaled embeddings tied across source, target and
+    # output (one joint vocabulary), dropout 0.1, label smoothing 0.1, AdamW, peak 2e-4 after a
+    # linear warm-up of 4,000 updates, then 1/sqrt(step) (Joey's warmupinversesquareroot,
+    # stepped every update). Sized to lookback's attention-only config (6.74M parameters): d 256
+    # with 4 heads, 3 + 3 layers as Joey's configs/transformer_small.yaml, a feed-forward of 3 d
+    # (between its small config's 2 d and IWSLT's 4 d) so that the whole is 6.8M; batches of 80
+    # sentences (about 1,100 target tokens) where IWSLT takes 4 x 8,192 tokens, which a 2-core
+    # CPU makes fewer than 100 updates of in 12 minutes.
+    "transformer": {
+        "arch": "transformer",
+        "lr": 2e-4,
+        "batch_sentences": 80,
+        "schedule": "warmupinversesquareroot",
+        "warmup": 4000,
+        "label_smoothing": 0.1,
+        "layers": 3,
+        "heads": 4,
+        "d_model": 256,
+        "ff_size": 768,
+        "dropout": 0.1,
+    },
 }
 # normalization: what Joey divides the summed loss by before the gradient clip, "tokens" (the
 # harness's choice: lookback's mean over target tokens) or "batch" (Joey's default: sentences);
@@ -81,14 +103,19 @@ JOEY_KEYS = {
     "patience": int,
     "normalization": str,
     "hidden_dropout": float,
+    "warmup": int,
+    "layers": int,
 }
-SCHEDULES = ("constant", "plateau")
+SCHEDULES = ("constant", "plateau", "warmupinversesquareroot")
 NORMALIZATIONS = ("tokens", "batch")
 JOEY_DEFAULTS = {
     "decrease_factor": 0.1,
     "patience": 10,
     "normalization": "tokens",
     "hidden_dropout": MODEL["dropout"],
+    "arch": "recurrent",  # the bench's model (MODEL); "transformer": the recipe's own
+    "warmup": 0,  # updates of linear warm-up (warmupinversesquareroot only)
+    "label_smoothing": 0.0,
 }
 
 
@@ -120,6 +147,10 @@ def joey_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
         )
     if not 0 <= recipe["hidden_dropout"] < 1:
         raise ValueError(f"--joey-set hidden_dropout={recipe['hidden_dropout']}: must lie in [0, 1)")
+    if recipe["schedule"] == "warmupinversesquareroot" and recipe["warmup"] < 1:
+        raise ValueError(f"--joey-set warmup={recipe['warmup']}: warmupinversesquareroot needs at least 1")
+    if recipe["arch"] != "transformer" and "layers" in recipe:
+        raise ValueError("--joey-set layers: only a transformer recipe has it")
     if not 0 < recipe["decrease_factor"] < 1:
         raise ValueError(f"--joey-set decrease_factor={recipe['decrease_factor']}: must lie between 0 and 1")
     recipe["name"] = name

@@ -86,6 +86,12 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
             "decrease_factor": recipe["decrease_factor"],
             "patience": recipe["patience"],
         }
+    elif recipe["schedule"] == "warmupinversesquareroot":  # stepped after every update, as Joey
+        schedule = {
+            "scheduling": "warmupinversesquareroot",
+            "learning_rate_warmup": recipe["warmup"],
+            "learning_rate_min": 1e-8,  # Joey's IWSLT Transformer recipe
+        }
     else:
         # Never stepped: the rate stays constant, as lookback's in the like-for-like case. Joey
         # 2.3.0 wants some scheduler; `decaying` (StepLR, stepped per epoch by Joey's own loop,
@@ -107,6 +113,7 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
     def embeddings() -> dict[str, Any]:
         return {"embedding_dim": m["emb_size"], "scale": False}
 
+    transformer = recipe.get("arch") == "transformer"
     model_dir = Path(spec["out_dir"]) / spec.get("system", "joey")  # joey or joey_best
     cfg: dict[str, Any] = {
         "name": f"bench_{spec['config']}",
@@ -125,14 +132,14 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
             "trg": side(spec["tgt_lang"]),
         },
         "training": {
-            "optimizer": "adam",
+            "optimizer": "adamw" if transformer else "adam",  # weight decay 0: the same update
             "adam_betas": [0.9, 0.999],
             "learning_rate": recipe["lr"],
             "clip_grad_norm": spec["clip"],
             **schedule,
             "normalization": recipe.get("normalization", "tokens"),
             "loss": "crossentropy",
-            "label_smoothing": 0.0,
+            "label_smoothing": recipe.get("label_smoothing", 0.0),
             "batch_size": recipe["batch_sentences"],
             "batch_type": "sentence",
             "batch_multiplier": 1,
@@ -153,7 +160,9 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
             "max_output_length": -1,
             "eval_metrics": [],
         },
-        "model": {
+        "model": transformer_model(recipe)
+        if transformer
+        else {
             "tied_embeddings": False,
             "tied_softmax": False,
             "encoder": {
@@ -182,8 +191,42 @@ def joey_config(spec: dict[str, Any], task: str) -> dict[str, Any]:
     return cfg
 
 
+def transformer_model(recipe: dict[str, Any]) -> dict[str, Any]:
+    """Joey's Transformer as its small-data recipe builds it (bench/settings.py, "transformer"):
+    pre-norm, ReLU, scaled embeddings, Xavier-uniform weights and zero biases, one embedding
+    matrix for source, target and output (the harness's one joint vocabulary)."""
+
+    def side() -> dict[str, Any]:
+        return {
+            "type": "transformer",
+            "num_layers": recipe["layers"],
+            "num_heads": recipe["heads"],
+            "embeddings": {"embedding_dim": recipe["d_model"], "scale": True, "dropout": 0.0},
+            "hidden_size": recipe["d_model"],
+            "ff_size": recipe["ff_size"],
+            "dropout": recipe["dropout"],
+            "layer_norm": "pre",
+            "activation": "relu",
+        }
+
+    return {
+        "initializer": "xavier_uniform",
+        "init_gain": 1.0,
+        "bias_initializer": "zeros",
+        "embed_initializer": "xavier_uniform",
+        "embed_init_gain": 1.0,
+        "tied_embeddings": True,
+        "tied_softmax": True,
+        "encoder": side(),
+        "decoder": side(),
+    }
+
+
 def _check_equivalent(spec: dict[str, Any]) -> None:
-    """Refuse settings that Joey's recurrent decoder cannot express."""
+    """Refuse settings that Joey's recurrent decoder cannot express (a Transformer recipe brings
+    its own model)."""
+    if joey_recipe(spec).get("arch") == "transformer":
+        return
     m = spec["model"]
     problems = []
     if m["attention"] != "additive" or m["attend_from"] != "current":
@@ -362,14 +405,20 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
                     raise RuntimeError("Joey's batch differs from the plan")
                 yield batch
 
+    updates = [progress["steps"] if progress else 0]  # Joey's stats.steps
+
     def step(batch) -> int:
         # TrainManager.train_and_validate's body with batch_multiplier 1 (a plateau schedule
-        # steps in validate(), after each validation, where Joey steps it)
+        # steps in validate(), after each validation, where Joey steps it; a warm-up schedule
+        # after every update, from Joey's step count before it)
         trainer._train_step(batch)  # forward, loss / tokens, backward; reads the loss (.item())
         if trainer.clip_grad_fun is not None:
             trainer.clip_grad_fun(parameters=model.parameters())
         trainer.optimizer.step()
+        if trainer.scheduler_step_at == "step":
+            trainer.scheduler.step(updates[0])
         model.zero_grad()
+        updates[0] += 1
         return int(batch.ntokens)
 
     refs = read_lines(Path(spec["data_dir"]) / f"{spec['valid']}.{spec['tgt_lang']}")

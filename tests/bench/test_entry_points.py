@@ -15,7 +15,7 @@ import pytest
 from bench import __main__ as entry
 from bench import settings
 
-from ..helpers import real_multi30k, train_tiny, write_corpus
+from ..helpers import TINY_TRANSFORMER, real_multi30k, tiny_train_config, train_tiny, write_corpus
 
 BENCH = Path(entry.__file__).parent
 CHILDREN = {"lookback_run"}  # run by the bench itself in a fresh process, not by a person
@@ -148,6 +148,33 @@ def test_loadtest_starts_on_a_tiny_run(tiny, tmp_path):
     out = tmp_path / "load.json"
     assert entry.main(["loadtest", str(run), "--requests", "6", "--clients", "2", "--json", str(out)]) == 0
     assert json.loads(out.read_text())
+
+
+def test_transformer_peer_trains_tests_and_keeps_each_lookback_system(tmp_path, capsys):
+    import yaml
+
+    configs = {}
+    for name, model in (("main", {"attention": "additive"}), ("transformer", TINY_TRANSFORMER)):
+        raw = tiny_train_config(tmp_path, model=model, train={"max_steps": 30, "valid_every": 15})
+        configs[name] = tmp_path / f"{name}.yaml"
+        configs[name].write_text(yaml.safe_dump(raw), encoding="utf-8")
+    test = str(tmp_path / "data" / "test")
+    out = tmp_path / "peer.json"
+    argv = ["transformer-peer", "--skip-joey", "--minutes", "1", "--test", test]
+    argv += [f"--system={n}={c}" for n, c in configs.items()]
+    argv += ["--work-dir", str(tmp_path / "work"), "-o", str(out)]
+    assert entry.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["cpu_flags"] and set(record["systems"]) == {"main", "transformer"}
+    for system in record["systems"].values():
+        assert system["updates"] == 30 and len(system["curve"]) == 2 and system["parameters"] > 0
+        assert 0 <= system["test"]["beam1"]["bleu"] <= 100 and 0 <= system["test"]["beam5"]["bleu"] <= 100
+    table = out.with_suffix(".md").read_text()
+    assert "| main | fp32 |" in table and "| transformer | fp32 |" in table
+    capsys.readouterr()
+    assert entry.main(argv) == 0  # again: each system's result is kept, nothing trains
+    assert capsys.readouterr().err.count("is done") == 2
+    assert json.loads(out.read_text())["systems"] == record["systems"]
 
 
 @pytest.mark.slow

@@ -39,6 +39,7 @@ def test_the_named_recipes():
     assert settings.joey_recipe("same") == {
         "name": "same", "lr": 1e-3, "batch_sentences": 80, "schedule": "constant",
         "decrease_factor": 0.1, "patience": 10, "normalization": "tokens", "hidden_dropout": 0.3,
+        "arch": "recurrent", "warmup": 0, "label_smoothing": 0.0,
     }  # fmt: skip
     peer = settings.joey_recipe("peer")
     assert (peer["schedule"], peer["lr"], peer["decrease_factor"], peer["patience"]) == (
@@ -60,7 +61,9 @@ def test_the_named_recipes():
     ("items", "message"),
     [
         (["lr"], "--joey-set 'lr': expected KEY=VALUE with KEY one of lr, batch_sentences"),
-        (["warmup=100"], "--joey-set 'warmup=100': expected KEY=VALUE"),
+        (["dropout=0.1"], "--joey-set 'dropout=0.1': expected KEY=VALUE"),
+        (["schedule=warmupinversesquareroot"], "warmup=0: warmupinversesquareroot needs at least 1"),
+        (["layers=2"], "--joey-set layers: only a transformer recipe has it"),
         (["lr=fast"], "--joey-set 'lr=fast': 'fast' is not a number"),
         (["batch_sentences=4.5"], "'4.5' is not a whole number"),
         (["schedule=cosine"], "--joey-set schedule=cosine: expected one of constant, plateau"),
@@ -142,3 +145,29 @@ def test_joeys_plateau_scheduler_builds_under_this_torch_and_decays_as_joey_asks
     assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
     scheduler.step(metrics=19.0)  # not better twice: more than patience
     assert optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+
+
+def test_joeys_transformer_recipe_writes_its_own_model_and_warm_up():
+    recipe = settings.joey_recipe("transformer", ["lr=1e-3", "warmup=500", "layers=2"])
+    cfg = joey_config(spec(joey=recipe), "train")
+    train, model = cfg["training"], cfg["model"]
+    assert (train["scheduling"], train["learning_rate"], train["learning_rate_warmup"]) == (
+        "warmupinversesquareroot",
+        1e-3,
+        500,
+    )
+    assert train["optimizer"] == "adamw" and train["label_smoothing"] == 0.1
+    assert model["tied_embeddings"] and model["tied_softmax"]  # one joint vocabulary
+    assert (model["initializer"], model["bias_initializer"]) == ("xavier_uniform", "zeros")
+    for side in (model["encoder"], model["decoder"]):
+        assert side["type"] == "transformer" and side["layer_norm"] == "pre"
+        assert (side["num_layers"], side["num_heads"], side["hidden_size"], side["ff_size"]) == (
+            2,
+            4,
+            256,
+            768,
+        )
+        assert side["embeddings"] == {"embedding_dim": 256, "scale": True, "dropout": 0.0}
+    # the recurrent recipes keep the bench's model and Adam
+    peer = joey_config(spec(joey=settings.joey_recipe("peer")), "train")
+    assert peer["model"]["encoder"]["type"] == "recurrent" and peer["training"]["optimizer"] == "adam"
