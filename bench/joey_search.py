@@ -41,6 +41,7 @@ KNOBS = (
     "normalization",
     "hidden_dropout",
 )
+TRANSFORMER_KNOBS = ("warmup", "layers")  # a transformer recipe's own
 CONFIG = "feed"  # Joey's default, input feeding, and the peer file's set-up
 
 # name -> (Joey recipe, --joey-set overrides): the peer file's recipe and one knob moved at a
@@ -58,13 +59,27 @@ POINTS: dict[str, tuple[str, list[str]]] = {
     # the two that gained, together
     "peer_batch40_joey_defaults": ("peer", ["batch_sentences=40", "normalization=batch", "hidden_dropout=0"]),
 }
+# --transformer: Joey's Transformer for small data (settings.JOEY_RECIPES "transformer") on the
+# attention-only model's 12-minute clock, where its own 4,000 warm-up updates are more than the
+# clock makes: its recipe as shipped, then the peak rate both ways at a warm-up the clock allows,
+# a shorter warm-up, a shallower model (more updates) and a bigger batch
+TRANSFORMER_POINTS: dict[str, tuple[str, list[str]]] = {
+    "tf": ("transformer", []),
+    "tf_lr1e-3_w1000": ("transformer", ["lr=0.001", "warmup=1000"]),
+    "tf_lr5e-4_w1000": ("transformer", ["lr=0.0005", "warmup=1000"]),
+    "tf_lr2e-3_w1000": ("transformer", ["lr=0.002", "warmup=1000"]),
+    "tf_lr1e-3_w300": ("transformer", ["lr=0.001", "warmup=300"]),
+    "tf_lr1e-3_w1000_2layers": ("transformer", ["lr=0.001", "warmup=1000", "layers=2"]),
+    "tf_lr1e-3_w1000_batch160": ("transformer", ["lr=0.001", "warmup=1000", "batch_sentences=160"]),
+}
+TRANSFORMER_RESULTS = REPO / "results" / "bench" / "joey_search_transformer"
 
 
 def command(name: str, budget_minutes: float, results: Path, extra: list[str]) -> list[str]:
     """The bench run of point `name`."""
-    recipe, sets = POINTS[name]
+    recipe, sets = {**POINTS, **TRANSFORMER_POINTS}[name]
     return [
-        sys.executable, "-m", "bench", "--only", "joey_best", "--joey-best", recipe,
+        sys.executable, "-m", "bench", "headline", "--only", "joey_best", "--joey-best", recipe,
         *[a for s in sets for a in ("--joey-set", s)],
         "--configs", CONFIG, "--budget-minutes", f"{budget_minutes:g}",
         "--results-dir", str(results / name), *extra,
@@ -86,13 +101,14 @@ def result_of(folder: Path) -> dict[str, Any] | None:
 
 def row(name: str, record: dict[str, Any]) -> dict[str, Any]:
     """One point's line of the table: its recipe, and its validation figures only."""
-    recipe = joey_recipe(*POINTS[name])
+    recipe = joey_recipe(*{**POINTS, **TRANSFORMER_POINTS}[name])
     train = record["systems"]["joey_best"]["train"]["figures"]
     curve = train["curve"]
     best = max(curve, key=lambda p: p["bleu"])
     return {
         "point": name,
-        "recipe": {k: recipe[k] for k in KNOBS},
+        "recipe": {k: recipe[k] for k in KNOBS}
+        | ({k: recipe[k] for k in TRANSFORMER_KNOBS} if recipe["arch"] == "transformer" else {}),
         "updates": train["steps"],
         "target_tokens_per_s": train["target_tokens_per_s"],
         "valid_bleu_end": curve[-1]["bleu"],
@@ -104,13 +120,13 @@ def row(name: str, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def table(results: Path) -> dict[str, Any]:
+def table(results: Path, points: dict[str, tuple[str, list[str]]] = POINTS) -> dict[str, Any]:
     """Every point done so far, and the one chosen: the highest validation BLEU at the end."""
-    rows = [row(n, r) for n in POINTS if (r := result_of(results / n)) is not None]
+    rows = [row(n, r) for n in points if (r := result_of(results / n)) is not None]
     chosen = max(rows, key=lambda r: r["valid_bleu_end"], default=None)
     summary: dict[str, Any] = {"config": CONFIG, "rows": rows, "chosen": chosen and chosen["point"]}
     if chosen:
-        recipe, sets = POINTS[chosen["point"]]
+        recipe, sets = points[chosen["point"]]
         summary["headline_flags"] = shlex.join(
             ["--joey-best", recipe, *[a for s in sets for a in ("--joey-set", s)]]
         )
@@ -131,6 +147,10 @@ def markdown(summary: dict[str, Any]) -> str:
         schedule = rec["schedule"]
         if schedule == "plateau":
             schedule += f" x{rec['decrease_factor']:g} after {rec['patience']}"
+        elif schedule == "warmupinversesquareroot":
+            schedule = (
+                f"warm-up {rec['warmup']:,}, then 1/sqrt(step); {rec['layers']} + {rec['layers']} layers"
+            )
         mark = " (chosen)" if r["point"] == summary["chosen"] else ""
         flags = [f for f in r["cpu_flags"] or [] if f.startswith(("avx512", "amx")) or f == "avx2"]
         lines.append(
@@ -147,19 +167,30 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench joey-search", description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--transformer",
+        action="store_true",
+        help=f"Joey's Transformer recipe's points ({', '.join(TRANSFORMER_POINTS)}) on a 12-minute "
+        f"clock, into {shown(TRANSFORMER_RESULTS)}",
+    )
     ap.add_argument("--points", help=f"comma-separated, of {', '.join(POINTS)} (default: all)")
     ap.add_argument(
-        "--budget-minutes", type=float, default=30.0, help="training minutes a point (default 30)"
+        "--budget-minutes", type=float, help="training minutes a point (default 30; --transformer 12)"
     )
-    ap.add_argument("--results-dir", type=Path, default=RESULTS, help=f"default {shown(RESULTS)}")
+    ap.add_argument("--results-dir", type=Path, help=f"default {shown(RESULTS)}")
     ap.add_argument("--plan", action="store_true", help="print each point's command; run nothing")
     ap.add_argument("--table", action="store_true", help="only write and print the table of the points done")
     ap.add_argument("--quick", action="store_true", help="smoke run: the bench's --quick for every point")
     args = ap.parse_args(argv)
-    names = args.points.split(",") if args.points else list(POINTS)
-    unknown = [n for n in names if n not in POINTS]
+    args.point_set = TRANSFORMER_POINTS if args.transformer else POINTS
+    if args.budget_minutes is None:
+        args.budget_minutes = 12.0 if args.transformer else 30.0
+    if args.results_dir is None:
+        args.results_dir = TRANSFORMER_RESULTS if args.transformer else RESULTS
+    names = args.points.split(",") if args.points else list(args.point_set)
+    unknown = [n for n in names if n not in args.point_set]
     if unknown:
-        ap.error(f"--points: {', '.join(unknown)} is not a point; the points: {', '.join(POINTS)}")
+        ap.error(f"--points: {', '.join(unknown)} is not a point; the points: {', '.join(args.point_set)}")
     if not 0 < args.budget_minutes <= 600:
         ap.error(f"--budget-minutes must be above 0 and at most 600, not {args.budget_minutes:g}")
     args.names = names
@@ -185,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
     if args.plan:
         return 0
-    summary = table(args.results_dir)
+    summary = table(args.results_dir, args.point_set)
     write_json(args.results_dir / "summary.json", summary)
     (args.results_dir / "summary.md").write_text(markdown(summary), encoding="utf-8")
     print(markdown(summary), end="")

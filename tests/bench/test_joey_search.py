@@ -33,7 +33,7 @@ def test_the_plan_names_every_point_with_its_bench_command(capsys, tmp_path):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["peer (done)", *list(joey_search.POINTS)[1:]]
     lr = next(line for line in lines if line.startswith("peer_lr2e-3"))
-    assert "-m bench --only joey_best --joey-best peer --joey-set lr=0.002 --configs feed" in lr
+    assert "-m bench headline --only joey_best --joey-best peer --joey-set lr=0.002 --configs feed" in lr
     assert "--budget-minutes 30 " in lr and str(tmp_path / "peer_lr2e-3") in lr
     assert not (tmp_path / "summary.json").exists()  # the plan writes nothing
 
@@ -110,3 +110,21 @@ def test_bad_arguments_are_refused_in_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as stop:
         joey_search.main(args)
     assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_transformer_points_run_on_their_own_clock_and_table(tmp_path, capsys):
+    assert joey_search.main(["--transformer", "--plan", "--results-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == list(joey_search.TRANSFORMER_POINTS)
+    shallow = next(line for line in lines if line.startswith("tf_lr1e-3_w1000_2layers"))
+    assert "--joey-best transformer --joey-set lr=0.001 --joey-set warmup=1000 --joey-set layers=2" in shallow
+    assert "--budget-minutes 12 " in shallow
+    put(tmp_path, "tf", fake_result([5.0, 20.0]))
+    put(tmp_path, "tf_lr1e-3_w300", fake_result([30.0, 48.0]))
+    put(tmp_path, "peer", fake_result([60.0]))  # a recurrent point: not in this table
+    summary = joey_search.table(tmp_path, joey_search.TRANSFORMER_POINTS)
+    assert [r["point"] for r in summary["rows"]] == ["tf", "tf_lr1e-3_w300"]
+    assert summary["headline_flags"] == "--joey-best transformer --joey-set lr=0.001 --joey-set warmup=300"
+    assert "| tf_lr1e-3_w300 (chosen) | 0.001 | 80 | warm-up 300, then 1/sqrt(step); 3 + 3 layers |" in (
+        joey_search.markdown(summary)
+    )
