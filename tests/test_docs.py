@@ -19,7 +19,12 @@ from lookback.config import ConfigError, find_config
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(
     [ROOT / "README.md"]
-    + [p for folder in ("docs", "bench", "notebooks", "results") for p in (ROOT / folder).rglob("*.md")]
+    + [
+        p
+        for folder in ("docs", "bench", "notebooks", "results")
+        for p in (ROOT / folder).rglob("*.md")
+        if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)  # bench/.venv-joey: not ours
+    ]
 )
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CODE = re.compile(r"`([^`\n]+)`")
