@@ -98,7 +98,10 @@ def lookback_system(name: str, config: str, minutes: float, work: Path, test: st
         }
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
     valid = [r for r in records if r.get("kind") == "valid"]
+    import torch
+
     from lookback.config import load_config
+    from lookback.device import resolve_precision
 
     cfg = load_config(run_dir / "config.yaml")
     return {
@@ -106,7 +109,7 @@ def lookback_system(name: str, config: str, minutes: float, work: Path, test: st
         "commands": [shlex.join(["lookback", *train[:2]])],
         "updates": max((r["step"] for r in records), default=0),
         "training_minutes": max((r["seconds"] for r in records), default=0) / 60,
-        "precision": cfg.train.precision,
+        "precision": resolve_precision(torch.device("cpu"), cfg.train.precision),  # auto, as trained
         "parameters": parameters(run_dir),
         "curve": [{"step": r["step"], "minutes": r["seconds"] / 60, "bleu": r["bleu"]} for r in valid],
         "valid_bleu_best": max((r["bleu"] for r in valid), default=None),
@@ -115,14 +118,16 @@ def lookback_system(name: str, config: str, minutes: float, work: Path, test: st
 
 
 def parameters(run_dir: Path) -> int | None:
-    """The model's parameter count, from its last checkpoint."""
+    """The model's parameter count, from its last checkpoint; a tied matrix, saved under two
+    names over one storage, counts once."""
     import torch
 
     state = torch.load(run_dir / "last.pt", map_location="cpu", weights_only=False)
     weights = state.get("model") if isinstance(state, dict) else None
     if not isinstance(weights, dict):
         return None
-    return sum(t.numel() for t in weights.values() if hasattr(t, "numel"))
+    unique = {t.untyped_storage().data_ptr(): t for t in weights.values() if isinstance(t, torch.Tensor)}
+    return sum(t.numel() for t in unique.values())
 
 
 def cmd_of(args: argparse.Namespace, folder: Path) -> list[str]:
