@@ -7,29 +7,72 @@ validation curve [update, BLEU, perplexity]. d = 64, 2 + 2 layers and 4 heads (t
 bidirectional GRU of 32 per direction with additive attention (rnn); 6,000 training pairs over
 300 words, batches of 2,000 target tokens, Adam 3e-3 with 100 warm-up updates and a cosine to
 800 updates, fp32, seed 1. reverse_by_length.json beside it holds the eight runs and the CPU."""
-import json, sys, tempfile, time
+
+import json
+import sys
+import tempfile
+import time
 from pathlib import Path
+
 from lookback.config import from_dict
-from lookback.data.synth import synth_corpus, sequence_accuracy
+from lookback.data.synth import sequence_accuracy, synth_corpus
 from lookback.training.train import Trainer
+
 
 def run(tmp, arch, lengths, vocab=300, d=64, layers=2, lr=3e-3, steps=800, tokens=2000, ntrain=6000, seed=1):
     tmp = Path(tmp)
-    data = synth_corpus("reverse", tmp / "data", lengths, seed=1, sizes={"train": ntrain, "val": 200}, vocab=vocab)
+    data = synth_corpus(
+        "reverse", tmp / "data", lengths, seed=1, sizes={"train": ntrain, "val": 200}, vocab=vocab
+    )
     if arch == "tf":
-        model = {"encoder": "transformer", "decoder": "transformer", "attention": "scaled_dot", "emb_size": d,
-                 "hidden_size": d, "dec_hidden_size": d, "attention_size": d, "ff_size": 2 * d, "heads": 4,
-                 "enc_layers": layers, "dec_layers": layers, "dropout": 0.0}
+        model = {
+            "encoder": "transformer",
+            "decoder": "transformer",
+            "attention": "scaled_dot",
+            "emb_size": d,
+            "hidden_size": d,
+            "dec_hidden_size": d,
+            "attention_size": d,
+            "ff_size": 2 * d,
+            "heads": 4,
+            "enc_layers": layers,
+            "dec_layers": layers,
+            "dropout": 0.0,
+        }
     else:
-        model = {"attention": "additive", "emb_size": d, "hidden_size": d // 2, "dec_hidden_size": d,
-                 "attention_size": d, "dropout": 0.0}
+        model = {
+            "attention": "additive",
+            "emb_size": d,
+            "hidden_size": d // 2,
+            "dec_hidden_size": d,
+            "attention_size": d,
+            "dropout": 0.0,
+        }
     raw = {
-        "data": {"src_lang": "src", "tgt_lang": "tgt", "train": str(data["train"]), "valid": str(data["val"]), "max_len": 200},
+        "data": {
+            "src_lang": "src",
+            "tgt_lang": "tgt",
+            "train": str(data["train"]),
+            "valid": str(data["val"]),
+            "max_len": 200,
+        },
         "tokenizer": {"kind": "word", "vocab_size": 1000, "joint": False},
         "model": model,
-        "train": {"run_dir": str(tmp / "run"), "max_tokens": tokens, "lr": lr, "warmup": 100, "schedule": "cosine",
-                  "max_steps": steps, "max_epochs": 1000, "threads": 2, "valid_every": steps // 4, "early_stopping": 0,
-                  "log_every": 100, "precision": "fp32", "seed": seed},
+        "train": {
+            "run_dir": str(tmp / "run"),
+            "max_tokens": tokens,
+            "lr": lr,
+            "warmup": 100,
+            "schedule": "cosine",
+            "max_steps": steps,
+            "max_epochs": 1000,
+            "threads": 2,
+            "valid_every": steps // 4,
+            "early_stopping": 0,
+            "log_every": 100,
+            "precision": "fp32",
+            "seed": seed,
+        },
         "decode": {"beam": 1},
     }
     t0 = time.time()
@@ -41,6 +84,7 @@ def run(tmp, arch, lengths, vocab=300, d=64, layers=2, lr=3e-3, steps=800, token
     curve = [json.loads(l) for l in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["step"], round(r["bleu"], 1), round(r["ppl"], 1)) for r in curve if r.get("kind") == "valid"]
     return sequence_accuracy(hyps, ref), time.time() - t0, curve
+
 
 if __name__ == "__main__":
     kw = json.loads(sys.argv[1])
