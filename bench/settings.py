@@ -75,8 +75,8 @@ JOEY_RECIPES: dict[str, dict[str, Any]] = {
     # stepped every update). Sized to lookback's attention-only config (6.74M parameters): d 256
     # with 4 heads, 3 + 3 layers as Joey's configs/transformer_small.yaml, a feed-forward of 3 d
     # (between its small config's 2 d and IWSLT's 4 d) so that the whole is 6.8M; batches of 80
-    # sentences (about 1,100 target tokens) where IWSLT takes 4 x 8,192 tokens, which a 2-core
-    # CPU makes fewer than 100 updates of in 12 minutes.
+    # sentences (about 1,100 target tokens) where IWSLT takes 4 x 8,192 tokens, about 30 times as many
+    # per update, which a 2-core CPU would make only a few dozen of in 12 minutes.
     "transformer": {
         "arch": "transformer",
         "lr": 2e-4,

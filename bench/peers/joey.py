@@ -405,9 +405,10 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
                     raise RuntimeError("Joey's batch differs from the plan")
                 yield batch
 
-    updates = [progress["steps"] if progress else 0]  # Joey's stats.steps
+    updates = progress["steps"] if progress else 0  # Joey's stats.steps
 
     def step(batch) -> int:
+        nonlocal updates
         # TrainManager.train_and_validate's body with batch_multiplier 1 (a plateau schedule
         # steps in validate(), after each validation, where Joey steps it; a warm-up schedule
         # after every update, from Joey's step count before it)
@@ -416,9 +417,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
             trainer.clip_grad_fun(parameters=model.parameters())
         trainer.optimizer.step()
         if trainer.scheduler_step_at == "step":
-            trainer.scheduler.step(updates[0])
+            trainer.scheduler.step(updates)
         model.zero_grad()
-        updates[0] += 1
+        updates += 1
         return int(batch.ntokens)
 
     refs = read_lines(Path(spec["data_dir"]) / f"{spec['valid']}.{spec['tgt_lang']}")
