@@ -17,7 +17,11 @@ beside the JSON, as `<json stem>_<step>.log`):
 3. **bench** (3 minutes): `python -m bench headline --device cuda --quick --configs feed`: lookback and Joey
    NMT on the same batches, on this GPU (Joey's environment comes from
    `bench/peers/setup_joey.sh`, which needs the network once; without it Joey's figures are
-   recorded as missed, with the reason).
+   recorded as missed, with the reason). Speed only: 30 s leave both models untrained. With
+   `--trained MINUTES` it trains each tool at its own recipe instead, lookback's main job
+   (`--recipe configs/quickstart.yaml`) against Joey's best recurrent recipe (`--joey-best
+   peer`, 40 sentences), MINUTES each, then tests both on test_2016_flickr at greedy and beam 5:
+   quality beside speed.
 
 The JSON holds the GPU, its driver, CUDA, cuDNN, torch, the CPU and its flags, and every
 step's figures, status, seconds and command. Without a CUDA GPU it stops at once with one line.
@@ -58,8 +62,20 @@ CUDA_TESTS = [
 CONFIG = "configs/quickstart.yaml"
 
 
-def commands(updates: int, work: Path) -> dict[str, list[str]]:
-    """Each step's command line (`work`: a folder for the run and the bench's results)."""
+# each tool at its own recipe: Joey's best recurrent recipe (bench/README.md) and lookback's main job
+RECIPES = ["--only", "joey_best", "--joey-best", "peer", "--joey-set", "batch_sentences=40"]
+RECIPES += ["--recipe", CONFIG]
+
+
+def bench_limit(trained: float) -> float:
+    """The bench step's time limit: 3 minutes for the speed-only run; two trainings of `trained`
+    minutes and 2.5 minutes beside (data, the GEMM peak, validations, the test decodes)."""
+    return 2 * trained * 60 + 150 if trained else LIMITS["bench"]
+
+
+def commands(updates: int, work: Path, trained: float = 0.0) -> dict[str, list[str]]:
+    """Each step's command line (`work`: a folder for the run and the bench's results; `trained`:
+    minutes of training each for the bench's two recipes, 0 for its 30-second speed-only run)."""
     py = sys.executable
     run = work / "run"
     sets = [
@@ -70,13 +86,18 @@ def commands(updates: int, work: Path) -> dict[str, list[str]]:
         f"train.run_dir={run}",
         "train.time_limit=0",
     ]
-    bench = ["--device", "cuda", "--quick", "--configs", "feed", "--results-dir", str(work / "bench")]
+    bench = ["--device", "cuda", "--configs", "feed", "--results-dir", str(work / "bench")]
+    if trained:
+        clock = ["--budget-minutes", f"{trained:g}", "--validate-every-minutes", f"{trained / 3:g}"]
+        bench += [*RECIPES, *clock]
+    else:
+        bench.insert(2, "--quick")
     return {
         # addopts cleared: nbmake (notebooks) need not be installed there
         "tests": [py, "-m", "pytest", "-q", "--maxfail=10", "--tb=short", "-o", "addopts="]
         + ["-m", "not slow", *CUDA_TESTS],
         "train": [py, "-m", "lookback", "train", CONFIG, *[a for s in sets for a in ("--set", s)]],
-        "bench": [py, "-m", "bench", *bench],
+        "bench": [py, "-m", "bench", "headline", *bench],
     }
 
 
@@ -162,10 +183,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="which (default: all)")
     ap.add_argument("--updates", type=int, default=300, help="the main job's training updates (default 300)")
+    ap.add_argument(
+        "--trained",
+        type=float,
+        default=0.0,
+        metavar="MINUTES",
+        help="the bench step trains lookback's main job and Joey's best recipe this long each, then tests "
+        "both (default 0: 30 s each of the like-for-like config, speed only)",
+    )
     ap.add_argument("--plan", action="store_true", help="print each step's command and limit; run nothing")
     args = ap.parse_args(argv)
     if not 1 <= args.updates <= 100_000:
         ap.error(f"--updates must be between 1 and 100,000, not {args.updates}")
+    if not 0 <= args.trained <= 60:
+        ap.error(f"--trained must be between 0 and 60 minutes, not {args.trained:g}")
     return args
 
 
@@ -175,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output or REPO / "results" / "bench" / f"{stamp}_gpu_check.json"
     with tempfile.TemporaryDirectory(prefix="lookback-gpu-check-") as tmp:
         work = Path(tmp)
-        cmds = commands(args.updates, work)
+        cmds = commands(args.updates, work, args.trained)
+        limits = {**LIMITS, "bench": bench_limit(args.trained)}
         if args.plan:
             for name in args.steps:
-                print(f"{name} (at most {LIMITS[name]} s): {shlex.join(cmds[name])}")
+                print(f"{name} (at most {limits[name]:g} s): {shlex.join(cmds[name])}")
             return 0
         if not torch.cuda.is_available():
             error = "this torch sees no CUDA GPU (torch.cuda.is_available() is False)"
@@ -192,12 +224,13 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_kernels": cpu_kernels(),
             "torch": torch.__version__,
             "environment": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "CUBLAS_"))},
+            "trained_minutes": args.trained,
             "steps": {},
         }
         output.parent.mkdir(parents=True, exist_ok=True)
         for name in args.steps:
-            print(f"gpu_check: {name} (at most {LIMITS[name]} s)", file=sys.stderr, flush=True)
-            step = run_step(name, cmds[name], LIMITS[name], work / f"{name}.log")
+            print(f"gpu_check: {name} (at most {limits[name]:g} s)", file=sys.stderr, flush=True)
+            step = run_step(name, cmds[name], limits[name], work / f"{name}.log")
             whole = output.with_name(f"{output.stem}_{name}.log")  # the whole log, beside the JSON
             shutil.copyfile(work / f"{name}.log", whole)
             step["log"] = shown(whole)

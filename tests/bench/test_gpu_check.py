@@ -19,8 +19,35 @@ def test_the_plan_prints_every_steps_command_and_runs_nothing(capsys):
     assert "lookback train configs/quickstart.yaml --set train.device=cuda" in train
     assert "--set train.precision=bf16 --set train.max_steps=250" in train  # one --set each
     assert "train.max_steps=250" in train and "(at most 90 s)" in train
-    assert "-m bench --device cuda --quick --configs feed" in lines[2]
+    assert "-m bench headline --device cuda --quick --configs feed" in lines[2]
     assert "tests/training" in lines[0] and "tests/decoding" in lines[0] and "-m 'not slow'" in lines[0]
+
+
+def test_the_bench_steps_command_is_one_the_bench_takes(tmp_path):
+    """Parsed by the bench's own entry point and headline's parser: a step that names no run, or a
+    flag headline lacks, fails here and not on a lent GPU."""
+    from bench import __main__ as entry
+    from bench import headline
+
+    for trained in (0.0, 1.5):
+        cmd = gpu_check.commands(300, tmp_path, trained)["bench"]
+        assert cmd[1:4] == ["-m", "bench", "headline"] and cmd[3] in entry.RUNS
+        args = headline.parse_args(cmd[4:])
+        assert args.device == "cuda" and args.configs == ["feed"]
+        if trained:  # each tool at its own recipe, trained, then tested
+            assert not args.quick and args.budget_minutes == 1.5 and args.validate_every_minutes == 0.5
+            assert args.only == "joey_best" and args.joey_best == "peer"
+            assert str(args.recipe) == "configs/quickstart.yaml"  # the main job
+            assert args.joey_set == ["batch_sentences=40"]
+        else:
+            assert args.quick and args.recipe is None
+
+
+def test_trained_minutes_widen_the_bench_steps_limit(capsys):
+    assert gpu_check.bench_limit(0) == gpu_check.LIMITS["bench"] == 180
+    assert gpu_check.bench_limit(1.5) == 2 * 90 + 150
+    assert gpu_check.main(["--plan", "--steps", "bench", "--trained", "2"]) == 0
+    assert "(at most 390 s)" in capsys.readouterr().out
 
 
 def test_the_plan_of_chosen_steps(capsys):
@@ -43,6 +70,7 @@ def test_without_a_gpu_it_stops_at_once_with_one_line(monkeypatch, capsys, tmp_p
         (["--updates", "0"], "--updates must be between 1 and 100,000, not 0"),
         (["--steps", "train", "deploy"], "invalid choice: 'deploy'"),
         (["--updates", "many"], "invalid int value: 'many'"),
+        (["--trained", "-1"], "--trained must be between 0 and 60 minutes, not -1"),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(args, message, capsys):
@@ -73,7 +101,7 @@ def test_the_training_figures_come_from_the_runs_metrics(tmp_path):
     assert gpu_check.train_figures("", tmp_path / "none") == {}
 
 
-def stand_ins(updates, work):
+def stand_ins(updates, work, trained=0.0):
     """Quick commands in place of the real steps: one passes, one fails, one outlives its limit."""
     (work / "run").mkdir(parents=True, exist_ok=True)
     metrics = work / "run" / "metrics.jsonl"
