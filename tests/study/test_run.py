@@ -3,6 +3,7 @@ by hand, and study files checked as configs are."""
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -441,12 +442,15 @@ def test_the_attention_only_study_compares_what_its_comments_say():
 
     study = load_study("study/attention_only")
     configs = study.configs()
-    assert len(configs) == 4 * 2 * 3  # models x (multi30k, long) x seeds
+    assert len(configs) == 5 * 2 * 3  # models x (multi30k, long) x seeds
     shipped = load_config("multi30k_en_fr_transformer")
-    own = configs["transformer@multi30k"]
-    assert own.model == shipped.model
-    for key in ("lr", "warmup", "schedule", "label_smoothing", "max_tokens", "time_limit"):
-        assert getattr(own.train, key) == getattr(shipped.train, key), key
+    tuned = load_config(str(Path(__file__).parents[2] / "results" / "tune" / "transformer" / "best.yaml"))
+    keys = ("lr", "warmup", "schedule", "label_smoothing", "max_tokens", "time_limit")
+    for name, config in (("transformer", shipped), ("transformer_tuned", tuned)):
+        own = configs[f"{name}@multi30k"]
+        assert own.model == config.model, name
+        for key in keys:
+            assert getattr(own.train, key) == getattr(config.train, key), (name, key)
     assert configs["rnn@multi30k"].model == load_config("quickstart").model
     sides = {
         name: (configs[f"{name}@multi30k"].model.encoder, configs[f"{name}@multi30k"].model.decoder)
@@ -455,6 +459,7 @@ def test_the_attention_only_study_compares_what_its_comments_say():
     assert sides == {
         "rnn": ("rnn", "rnn"),
         "transformer": ("transformer", "transformer"),
+        "transformer_tuned": ("transformer", "transformer"),
         "rnn_enc_tf_dec": ("rnn", "transformer"),
         "tf_enc_rnn_dec": ("transformer", "rnn"),
     }
