@@ -4,6 +4,8 @@ NMT's Transformer, each at its own recipe, on one clock and one machine, in one 
     python -m bench transformer-peer                                  # 3 x 12 minutes, then the tests
     python -m bench transformer-peer --joey-set lr=0.001 --joey-set warmup=1000   # Joey's best point
     python -m bench transformer-peer --system transformer=results/tune/transformer/best.yaml
+    python -m bench transformer-peer --joey-from results/bench/joey_search_transformer/POINT \
+        --joey-set ...                                                # Joey's run as the search left it
     python -m bench transformer-peer --quick                          # smoke run: 30 s each, 100 sentences
 
 The systems, trained one after another on Multi30k En-Fr for the same minutes, then tested on
@@ -141,9 +143,13 @@ def cmd_of(args: argparse.Namespace, folder: Path) -> list[str]:
 
 
 def joey_system(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Joey's Transformer through the headline harness (its own venv, code and scheduler)."""
-    folder = work / JOEY
+    """Joey's Transformer through the headline harness (its own venv, code and scheduler); with
+    --joey-from, the finished run of `joey-search --transformer`'s point (the same command), taken
+    as it is and said so in the record."""
+    folder = args.joey_from or work / JOEY
     record = result_of(folder)
+    if record is None and args.joey_from:
+        raise SystemExit(f"transformer-peer: --joey-from {folder}: no finished joey-search point there")
     if record is None:
         run(cmd_of(args, folder), work / f"{JOEY}.log")
         record = result_of(folder)
@@ -154,6 +160,7 @@ def joey_system(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "recipe": settings.joey_recipe("transformer", args.joey_set),
         "commands": [shlex.join(cmd_of(args, folder))],
+        "taken_from": args.joey_from and shown(args.joey_from),  # None: trained in this run
         "results": record["path"],
         "updates": train["steps"],
         "training_minutes": train["seconds"] / 60,
@@ -183,6 +190,13 @@ def markdown(record: dict[str, Any]) -> str:
             f"| {name} | {s['precision']} | {params} | {s['updates']:,} | {best} | "
             f"{s['test']['beam1']['bleu']:.2f} | {s['test']['beam5']['bleu']:.2f} |"
         )
+    taken = [
+        f"{name}: taken from {s['taken_from']}"
+        for name, s in record["systems"].items()
+        if s.get("taken_from")
+    ]
+    if taken:  # a joey-search point's run, the same command on the same clock
+        lines += ["", "; ".join(taken) + " (the same command and clock)."]
     return "\n".join(lines) + "\n"
 
 
@@ -207,6 +221,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--skip-joey", action="store_true", help="lookback's systems only")
     ap.add_argument(
+        "--joey-from",
+        type=Path,
+        metavar="POINT_DIR",
+        help="take Joey's run from a finished `joey-search --transformer` point (its folder, e.g. "
+        "results/bench/joey_search_transformer/tf_lr1e-3_w1000) instead of training it again: the same "
+        "command on the same clock; give the point's --joey-set flags too (checked); recorded in the JSON",
+    )
+    ap.add_argument(
         "--work-dir",
         type=Path,
         default=Path.home() / ".cache" / "lookback" / "transformer_peer",
@@ -229,9 +251,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--system {item!r}: expected NAME=CONFIG, NAME a word other than {JOEY}")
         args.systems[name] = config
     try:
-        settings.joey_recipe("transformer", args.joey_set)
+        recipe = settings.joey_recipe("transformer", args.joey_set)
     except ValueError as exc:
         ap.error(str(exc))
+    if args.joey_from:
+        point = result_of(args.joey_from)
+        if point is None:
+            ap.error(f"--joey-from {args.joey_from}: no finished joey-search point there")
+        if point["settings"]["budget_s"] != args.minutes * 60:
+            ap.error(
+                f"--joey-from {args.joey_from}: that point trained {point['settings']['budget_s'] / 60:g} "
+                f"minutes, not {args.minutes:g}"
+            )
+        ran = {k: v for k, v in point["settings"]["joey_best"].items() if k != "name"}
+        if ran != {k: v for k, v in recipe.items() if k != "name"}:
+            differ = sorted(k for k in recipe if k != "name" and ran.get(k) != recipe[k])
+            ap.error(
+                f"--joey-from {args.joey_from}: that point ran another recipe ({', '.join(differ)} differ); "
+                "give its --joey-set flags"
+            )
     if args.quick:
         args.minutes = 0.5
         args.work_dir = args.work_dir / "quick"
