@@ -41,7 +41,7 @@ KNOBS = (
     "normalization",
     "hidden_dropout",
 )
-TRANSFORMER_KNOBS = ("warmup", "layers")  # a transformer recipe's own
+TRANSFORMER_KNOBS = ("warmup", "layers", "dropout")  # a transformer recipe's own
 CONFIG = "feed"  # Joey's default, input feeding, and the peer file's set-up
 
 # name -> (Joey recipe, --joey-set overrides): the peer file's recipe and one knob moved at a
@@ -143,7 +143,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Joey NMT's recipe search (config {summary['config']}), judged on validation BLEU (greedy, "
         "all 1,014 pairs of val) of the model at the end of the budget; test figures are not read.",
         "",
-        "| point | lr | batch | schedule | loss divided by, attention dropout | updates "
+        "| point | lr | batch | schedule | loss divided by, dropout (RNN: the attentional layer's) | updates "
         "| target tokens/s | validation BLEU, end | best (minute) | CPU |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -160,7 +160,7 @@ def markdown(summary: dict[str, Any]) -> str:
         flags = [f for f in r["cpu_flags"] or [] if f.startswith(("avx512", "amx")) or f == "avx2"]
         lines.append(
             f"| {r['point']}{mark} | {rec['lr']:g} | {rec['batch_sentences']} | {schedule} | "
-            f"{rec['normalization']}, {rec['hidden_dropout']:g} | {r['updates']:,} | "
+            f"{rec['normalization']}, {rec.get('dropout', rec['hidden_dropout']):g} | {r['updates']:,} | "
             f"{r['target_tokens_per_s']:,.0f} | {r['valid_bleu_end']:.2f} | "
             f"{r['valid_bleu_best']:.2f} ({r['minute_of_best']:.0f}) | {r['cpu']}, "
             f"{', '.join(flags)} |"
