@@ -76,6 +76,8 @@ TRANSFORMER_POINTS: dict[str, tuple[str, list[str]]] = {
     # warm-up of 1,000 never ends. These warm up in 300, or take twice the updates of half the size.
     "tf_lr2e-3_w300": ("transformer", ["lr=0.002", "warmup=300"]),
     "tf_lr1e-3_w300_batch40": ("transformer", ["lr=0.001", "warmup=300", "batch_sentences=40"]),
+    # 2e-3 after 300 led the first five points (20.42): the grid's edge, so one point past it
+    "tf_lr4e-3_w300": ("transformer", ["lr=0.004", "warmup=300"]),
 }
 TRANSFORMER_RESULTS = REPO / "results" / "bench" / "joey_search_transformer"
 
