@@ -145,11 +145,9 @@ def cmd_of(args: argparse.Namespace, folder: Path) -> list[str]:
 def joey_system(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Joey's Transformer through the headline harness (its own venv, code and scheduler); with
     --joey-from, the finished run of `joey-search --transformer`'s point (the same command), taken
-    as it is and said so in the record."""
+    as it is and said so in the record (parse_args has checked that it is there)."""
     folder = args.joey_from or work / JOEY
     record = result_of(folder)
-    if record is None and args.joey_from:
-        raise SystemExit(f"transformer-peer: --joey-from {folder}: no finished joey-search point there")
     if record is None:
         run(cmd_of(args, folder), work / f"{JOEY}.log")
         record = result_of(folder)
