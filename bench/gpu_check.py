@@ -4,9 +4,9 @@
     python -m bench gpu-check --plan                # prints the steps' commands; runs nothing
     python -m bench gpu-check --steps train bench --updates 200 -o OUT.json
 
-Three steps, each a child process with its own time limit (a step that fails or runs out of
-time is recorded with the end of its log, and the next one runs; each step's whole log is kept
-beside the JSON, as `<json stem>_<step>.log`):
+Three steps, and a fourth on request, each a child process with its own time limit (a step that
+fails or runs out of time is recorded with the end of its log, and the next one runs; each step's
+whole log is kept beside the JSON, as `<json stem>_<step>.log`):
 
 1. **tests** (5 minutes): the test folders whose code has a CUDA path (training, the model,
    decoding, the explanations, the device and the translator). Their models are on
@@ -22,6 +22,9 @@ beside the JSON, as `<json stem>_<step>.log`):
    (`--recipe configs/quickstart.yaml`) against Joey's best recurrent recipe (`--joey-best
    peer`, 40 sentences), MINUTES each, then tests both on test_2016_flickr at greedy and beam 5:
    quality beside speed.
+4. **compiled** (4 minutes, only when `--steps` names it): step 2 again with `train.compile=true`
+   (torch.compile, inductor's CUDA backend, compiled once for dynamic shapes), the same updates,
+   seed and batches: its tokens/s and last loss beside step 2's, its extra seconds the compile's.
 
 The JSON holds the GPU, its driver, CUDA, cuDNN, torch, the CPU and its flags, and every
 step's figures, status, seconds and command. Without a CUDA GPU it stops at once with one line.
@@ -48,10 +51,12 @@ import torch
 from .common import cpu_flags, cpu_kernels, cpu_model, shown, write_json
 from .prepare import REPO
 
-STEPS = ("tests", "train", "bench")
-LIMITS = {"tests": 300, "train": 90, "bench": 180}  # seconds: 9.5 minutes in all; on an H100 the
-# tests took 106 s (7 failing early) to over 120, on an H200 with 657 of them over 180 (65% done at
-# 180 s, the rest 48 s more); the main job's 300 updates 24 s, the bench 89-113 s
+STEPS = ("tests", "train", "bench", "compiled")
+DEFAULT_STEPS = STEPS[:3]  # under 10 minutes; `compiled` on request
+LIMITS = {"tests": 300, "train": 90, "bench": 180, "compiled": 240}
+# seconds: 9.5 minutes for the default steps; on an H100 the tests took 106 s (7 failing early)
+# to over 120, on an H200 with 657 of them over 180 (65% done at 180 s, the rest 48 s more); the
+# main job's 300 updates 24 s, the bench 89-113 s
 CUDA_TESTS = [
     "tests/training",
     "tests/model",
@@ -78,15 +83,16 @@ def commands(updates: int, work: Path, trained: float = 0.0) -> dict[str, list[s
     """Each step's command line (`work`: a folder for the run and the bench's results; `trained`:
     minutes of training each for the bench's two recipes, 0 for its 30-second speed-only run)."""
     py = sys.executable
-    run = work / "run"
     sets = [
         "train.device=cuda",
         "train.precision=bf16",
         f"train.max_steps={updates}",
         f"train.valid_every={updates}",
-        f"train.run_dir={run}",
+        f"train.run_dir={work / 'run'}",
         "train.time_limit=0",
     ]
+    compiled = [*sets[:4], f"train.run_dir={work / 'compiled'}", sets[5], "train.compile=true"]
+    train = [py, "-m", "lookback", "train", CONFIG]
     bench = ["--device", "cuda", "--configs", "feed", "--results-dir", str(work / "bench")]
     if trained:
         clock = ["--budget-minutes", f"{trained:g}", "--validate-every-minutes", f"{trained / 3:g}"]
@@ -97,8 +103,9 @@ def commands(updates: int, work: Path, trained: float = 0.0) -> dict[str, list[s
         # addopts cleared: nbmake (notebooks) need not be installed there
         "tests": [py, "-m", "pytest", "-q", "--maxfail=10", "--tb=short", "-o", "addopts="]
         + ["-m", "not slow", *CUDA_TESTS],
-        "train": [py, "-m", "lookback", "train", CONFIG, *[a for s in sets for a in ("--set", s)]],
+        "train": [*train, *[a for s in sets for a in ("--set", s)]],
         "bench": [py, "-m", "bench", "headline", *bench],
+        "compiled": [*train, *[a for s in compiled for a in ("--set", s)]],
     }
 
 
@@ -130,9 +137,10 @@ def test_figures(text: str, _work: Path) -> dict[str, int]:
     return {word: int(n) for n, word in counts}
 
 
-def train_figures(_text: str, work: Path) -> dict[str, Any]:
-    """From the run's metrics.jsonl: updates, the last logged tokens/s, the last validation BLEU."""
-    metrics = work / "run" / "metrics.jsonl"
+def train_figures(_text: str, work: Path, run: str = "run") -> dict[str, Any]:
+    """From the run's metrics.jsonl (work/run): updates, the last logged tokens/s and training loss,
+    the last validation BLEU."""
+    metrics = work / run / "metrics.jsonl"
     if not metrics.exists():
         return {}
     records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -140,6 +148,8 @@ def train_figures(_text: str, work: Path) -> dict[str, Any]:
     for r in records:
         if "tokens_per_s" in r:
             out["target_tokens_per_s"] = r["tokens_per_s"]
+            if "loss" in r:
+                out["train_loss"] = r["loss"]
         if "bleu" in r:
             out["valid_bleu"], out["updates"] = r["bleu"], r.get("step")
     return out
@@ -154,7 +164,13 @@ def bench_figures(_text: str, work: Path) -> dict[str, Any]:
     return {"figures": result.get("figures"), "ratios": result.get("ratios")}
 
 
+def compiled_figures(text: str, work: Path) -> dict[str, Any]:
+    """The compiled run's figures, as the train step's."""
+    return train_figures(text, work, "compiled")
+
+
 FIGURES = {"tests": test_figures, "train": train_figures, "bench": bench_figures}
+FIGURES["compiled"] = compiled_figures
 
 
 def gpu() -> dict[str, Any]:
@@ -182,7 +198,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "-o", "--output", type=Path, help="results JSON (default: results/bench/STAMP_gpu_check.json)"
     )
-    ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="which (default: all)")
+    steps = "which (default: tests train bench; compiled on request)"
+    ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(DEFAULT_STEPS), help=steps)
     ap.add_argument("--updates", type=int, default=300, help="the main job's training updates (default 300)")
     ap.add_argument(
         "--trained",

@@ -89,16 +89,20 @@ def test_the_training_figures_come_from_the_runs_metrics(tmp_path):
     (tmp_path / "run").mkdir()
     lines = [
         {"step": 50, "kind": "train", "tokens_per_s": 30000.0},
-        {"step": 100, "kind": "train", "tokens_per_s": 41000.0},
+        {"step": 100, "kind": "train", "tokens_per_s": 41000.0, "loss": 4.25},
         {"step": 100, "kind": "valid", "bleu": 31.5},
     ]
     (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     assert gpu_check.train_figures("", tmp_path) == {
         "target_tokens_per_s": 41000.0,
+        "train_loss": 4.25,
         "valid_bleu": 31.5,
         "updates": 100,
     }
     assert gpu_check.train_figures("", tmp_path / "none") == {}
+    assert gpu_check.compiled_figures("", tmp_path) == {}  # the compiled step reads its own run
+    (tmp_path / "run").rename(tmp_path / "compiled")
+    assert gpu_check.compiled_figures("", tmp_path)["train_loss"] == 4.25
 
 
 def stand_ins(updates, work, trained=0.0):
@@ -150,3 +154,20 @@ def test_the_train_steps_arguments_are_ones_lookback_train_accepts(tmp_path):
         f"train.run_dir={tmp_path / 'run'}",
         "train.time_limit=0",
     ]
+
+
+def test_the_compiled_step_trains_the_same_run_compiled_on_request(tmp_path, capsys):
+    """`compiled`: the train step's updates, seed and batches with train.compile=true, in its own
+    run directory; named in --steps only (the default check stays under 10 minutes)."""
+    from lookback.cli import build_parser
+
+    train, compiled = (gpu_check.commands(250, tmp_path)[k] for k in ("train", "compiled"))
+    args, same = build_parser().parse_args(compiled[3:]), build_parser().parse_args(train[3:])
+    assert args.config == same.config == gpu_check.CONFIG
+    run_dir = f"train.run_dir={tmp_path / 'compiled'}"
+    assert args.set == [*same.set[:4], run_dir, same.set[5], "train.compile=true"]
+    assert gpu_check.main(["--plan"]) == 0
+    assert "compiled" not in capsys.readouterr().out
+    assert gpu_check.main(["--plan", "--steps", "train", "compiled"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("compiled (at most 240 s)") and "train.compile=true" in lines[1]
