@@ -13,7 +13,8 @@ pairs joined 1-4 at a time) and model, over the seeds evaluated so far (mean, an
 - decoding speed: sentences/s over the whole test set (its buckets' times added up), greedy and
   beam 5, batches as `lookback translate` makes them;
 - paired tests (sacreBLEU's bootstrap and randomisation on the first seed's outputs, with the
-  seeds' spread): each model against the main job (rnn) at beam 5, over all sentences and by length.
+  seeds' spread): each model against the main job (rnn) at beam 5, over all sentences and by
+  length, and the tuned attention-only model against the shipped one (transformer).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 STUDY = Path(__file__).resolve().parent.parent / "attention_only"
-MODELS = ("rnn", "transformer", "rnn_enc_tf_dec", "tf_enc_rnn_dec")
+MODELS = ("rnn", "transformer", "transformer_tuned", "rnn_enc_tf_dec", "tf_enc_rnn_dec")
 
 
 def split(run: str) -> tuple[str, str]:
@@ -128,21 +129,23 @@ def main(study: Path = STUDY) -> None:
                 if t["beam5"]["buckets"][b]["bleu"] < t["beam1"]["buckets"][b]["bleu"]
             ]
             print("Beam 5 below greedy:", "; ".join(below) or "in no bucket of any run", "\n")
-            pairs = [
-                p
-                for p in results["tests"][spec]["significance"]["pairs"]
-                if p["against"] == f"rnn@{cell}" and split(p["model"])[1] == cell
-            ]
-            if pairs:
-                print(
-                    "Against the main job (rnn), beam 5: difference (p bootstrap, p randomisation) verdict\n"
-                )
-                for p in pairs:
-                    print(
-                        f"- {p['model']} {p['bucket']}: {p['mean_difference']:+.2f} "
-                        f"({p['p_bootstrap']:.3f}, {p['p_randomisation']:.3f}) {p['verdict']}"
-                    )
-                print()
+            against = {"rnn": "the main job (rnn)", "transformer": "the shipped attention-only config"}
+            for ref_model, name in against.items():
+                pairs = [
+                    p
+                    for p in results["tests"][spec]["significance"]["pairs"]
+                    if p["against"] == f"{ref_model}@{cell}"
+                    and split(p["model"])[1] == cell
+                    and (ref_model == "rnn" or split(p["model"])[0] == "transformer_tuned")
+                ]
+                if pairs:
+                    print(f"Against {name}, beam 5: difference (p bootstrap, p randomisation) verdict\n")
+                    for p in pairs:
+                        print(
+                            f"- {p['model']} {p['bucket']}: {p['mean_difference']:+.2f} "
+                            f"({p['p_bootstrap']:.3f}, {p['p_randomisation']:.3f}) {p['verdict']}"
+                        )
+                    print()
 
 
 if __name__ == "__main__":
