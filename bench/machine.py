@@ -2,6 +2,7 @@
 
     python -m bench machine -o results/bench/machine.json [--config configs/quickstart.yaml]
         [--run runs/quickstart] [--updates 30] [--sentences 200] [--threads 2]
+    python -m bench machine -o OUT.json --like-for-like WORK   # the headline's like-for-like model
 
 1. **The machine's limit.** torch's fp32 matrix product (`torch.mm`) on square matrices of 512,
    1,024 and 2,048: the best GFLOP/s is the machine's fp32 peak as PyTorch reaches it. Where
@@ -12,7 +13,11 @@
    `--updates` updates after 3 untimed ones; the FLOPs of the matrix products of the same
    updates, counted by `torch.utils.flop_counter` (2 per multiply-add; elementwise work is
    not counted); achieved GFLOP/s = FLOPs per target token x tokens/s, as a fraction of the
-   fp32 peak.
+   fp32 peak; per update, its seconds and what its matrix products alone would take at the
+   peak. `--like-for-like WORK` trains the headline's like-for-like model instead (Joey NMT's
+   architecture with input feeding, `python -m bench headline --configs feed`, its data
+   prepared in WORK from $LOOKBACK_MULTI30K): a decoder that steps one target position at a
+   time, where the main job's runs all positions at once.
 3. **Decoding.** The run's best weights (`--run`, the main job's run by default; left out when
    it does not exist) translate the first `--sentences` validation sentences, greedy and beam
    5, batch 64, in fp32: sentences/s, FLOPs counted on the same call, the fraction of peak.
@@ -123,10 +128,13 @@ def training(trainer, updates: int) -> dict[str, Any]:
         return sum(b.n_tokens for b in bs)
 
     per_token = matmul_flops_per_token(step, batches)
+    positions = sum(b.tgt_out.shape[1] for bs in batches for b in bs)  # decoder steps, padded
     return {
         "updates": updates,
         "target_tokens": tokens,
         "seconds": round(seconds, 3),
+        "seconds_per_update": round(seconds / updates, 4),
+        "decoder_steps_per_update": round(positions / updates, 1),
         "target_tokens_per_s": round(tokens / seconds, 1),
         "flops_per_target_token": round(per_token),
         "achieved_gflops": round(per_token * tokens / seconds / 1e9, 4),
@@ -270,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench machine", description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", type=Path, required=True, help="results JSON")
     ap.add_argument("--config", default=CONFIG, help=f"the training config (default {CONFIG})")
+    ap.add_argument(
+        "--like-for-like",
+        type=Path,
+        metavar="WORK",
+        help="train the headline's like-for-like model (Joey's, input feeding) on data prepared in WORK",
+    )
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key (repeatable)")  # fmt: skip
     ap.add_argument("--run", default=RUN, help=f"a trained run to decode with (default {RUN})")
@@ -303,9 +317,15 @@ def main(argv: list[str] | None = None) -> int:
         "peak": peak,
     }
     with tempfile.TemporaryDirectory() as tmp:
+        if args.like_for_like:
+            args.config = str(like_for_like(args.like_for_like, Path(tmp)))
+            result["config"] = "like for like (python -m bench headline --configs feed)"
         trainer = trainer_for(args.config, Path(tmp) / "run", torch.get_num_threads(), args.sets)
         train = training(trainer, args.updates)
         train["fraction_of_fp32_peak"] = fraction(train["achieved_gflops"], peak["fp32_peak_gflops"])
+        # the same update's matrix products at the measured peak: the floor these kernels allow
+        products = train["flops_per_target_token"] * train["target_tokens"] / train["updates"]
+        train["products_seconds_per_update_at_peak"] = round(products / peak["fp32_peak_gflops"] / 1e9, 4)
         plan = iter(trainer.plan)
         more = [next(plan) for _ in range(5)]
         train["profile"] = profiled(lambda: [trainer.train_step(*bs) for bs in more])
@@ -319,6 +339,21 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.output, result)
     say(f"wrote {args.output}")
     return 0
+
+
+def like_for_like(work: Path, tmp: Path) -> Path:
+    """The headline's like-for-like lookback config ("feed"), written as a YAML file into tmp, on
+    Multi30k as the headline prepares it in `work` (plain text of $LOOKBACK_MULTI30K)."""
+    import yaml
+
+    from . import prepare, settings
+
+    data = prepare.prepare_data(work, 0)
+    raw = settings.lookback_config("feed", str(tmp / "run"), str(data))
+    raw["data"]["train"] = str(data / "train")  # lookback keeps the same pairs by max_len itself
+    path = tmp / "like_for_like.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
 
 
 def decode(args, peak: dict[str, Any], say) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from bench import machine
 from bench.common import counted_flops
 from bench.machine import categorise, product_flops, size_bin
 
-from ..helpers import tiny_train_config, train_tiny
+from ..helpers import tiny_train_config, toy_pairs, train_tiny, write_corpus
 
 
 def test_a_products_flops_come_from_its_input_shapes():
@@ -124,3 +124,25 @@ def test_decoding_is_left_out_without_a_run_and_bad_counts_are_refused(tmp_path,
     with pytest.raises(SystemExit):
         machine.main([*args, "--updates", "0"])
     assert "--updates must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_like_for_like_trains_the_headlines_model_stepping_one_position_at_a_time(tmp_path, monkeypatch):
+    """--like-for-like: the headline's "feed" config (input feeding) on the data the headline
+    prepares; per update, its seconds, decoder steps and its products' floor at the peak."""
+    from bench import prepare, settings
+
+    monkeypatch.setitem(settings.TOKENIZER, "vocab_size", 40)  # the toy corpus has few words
+    write_corpus(tmp_path / "data", "train", toy_pairs(80, seed=5))
+    write_corpus(tmp_path / "data", "val", toy_pairs(10, seed=6))
+    monkeypatch.setattr(prepare, "prepare_data", lambda work, limit: work / "data")
+    out = tmp_path / "machine.json"
+    small = ["--set", "model.hidden_size=16", "--set", "model.emb_size=8", "--set", "model.attention_size=8"]
+    args = ["-o", str(out), "--like-for-like", str(tmp_path), "--run", str(tmp_path / "none"), *small]
+    assert machine.main([*args, "--updates", "2", "--threads", "1", "--sizes", "32"]) == 0
+    result = json.loads(out.read_text())
+    assert result["config"] == "like for like (python -m bench headline --configs feed)"
+    train = result["training"]
+    assert train["seconds_per_update"] == pytest.approx(train["seconds"] / 2, abs=1e-3)
+    assert train["decoder_steps_per_update"] >= 2  # the toy targets' padded length
+    floor = train["fraction_of_fp32_peak"] * train["seconds_per_update"]
+    assert train["products_seconds_per_update_at_peak"] == pytest.approx(floor, rel=0.05, abs=1e-4)
