@@ -36,6 +36,7 @@ RUNS = {
     "transformer-cache": "a transformer's search with its key-value cache, against recomputing the prefix",
     "transformer-peer": "the attention-only model and the main job beside Joey NMT's Transformer",
     "ray-study": "a study on a local Ray instance against the same study run serially",
+    "compiled": "the training update compiled by torch.compile, against eager, on the same batches",
 }
 
 

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import platform
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +75,23 @@ def resolve_precision(device: torch.device, precision: str, setting: str = "trai
         lacks = " (no avx512_bf16 or amx_bf16)" if device.type == "cpu" else ""
         logger.warning("%s bf16: %s%s, so it is emulated, 2-20x slower than fp32", setting, why, lacks)
     return precision
+
+
+def resolve_compile(device: torch.device, compile: bool) -> bool:
+    """train.compile as said; on a CPU, inductor builds C++: without a compiler that is refused in
+    one line here, not by inductor's trace at the first update. Whether compiling pays is
+    measured by `python -m bench compiled` (docs/performance.md)."""
+    if compile and device.type == "cpu" and cpp_compiler() is None:
+        raise ValueError(
+            "train.compile true needs a C++ compiler on a CPU (none found: set CXX or install g++)"
+        )
+    return compile
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler inductor's CPU backend would build with ($CXX, else g++, c++, clang++)."""
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    return next((path for name in names if (path := shutil.which(name))), None)
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -143,3 +143,24 @@ def test_a_results_file_names_the_kernels_torch_uses_beside_the_cpus_flags():
     record = device_module.machine()
     assert record["kernels"] == torch.backends.cpu.get_cpu_capability()
     assert set(record) == {"cpu", "cpu_flags", "kernels", "threads", "torch"}
+
+
+def test_compile_is_taken_as_said_and_true_on_a_cpu_needs_a_compiler(monkeypatch):
+    monkeypatch.setattr(device_module, "cpp_compiler", lambda: "/usr/bin/g++")
+    assert device_module.resolve_compile(CPU, True) is True
+    assert device_module.resolve_compile(CPU, False) is False
+    monkeypatch.setattr(device_module, "cpp_compiler", lambda: None)
+    assert device_module.resolve_compile(CPU, False) is False  # eager needs none
+    assert device_module.resolve_compile(torch.device("cuda"), True) is True  # a GPU builds Triton kernels
+    with pytest.raises(ValueError, match=r"^train.compile true needs a C\+\+ compiler on a CPU"):
+        device_module.resolve_compile(CPU, True)
+
+
+def test_the_cpp_compiler_is_cxx_when_set(monkeypatch, tmp_path):
+    cxx = tmp_path / "my-c++"
+    cxx.write_text("#!/bin/sh\n")
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    assert device_module.cpp_compiler() == str(cxx)
+    monkeypatch.setenv("CXX", str(tmp_path / "missing"))
+    assert device_module.cpp_compiler() is None  # CXX names the one to use: no other is guessed

@@ -36,7 +36,15 @@ from ..data.store import prepare_store
 from ..data.tokenizer import load_tokenizers, train_tokenizers
 from ..decoding.evaluate import score, validation_loss
 from ..decoding.translate import TextTranslator
-from ..device import autocast, describe, free_memory, resolve_device, resolve_precision, set_threads
+from ..device import (
+    autocast,
+    describe,
+    free_memory,
+    resolve_compile,
+    resolve_device,
+    resolve_precision,
+    set_threads,
+)
 from ..errors import CheckpointError, NonFiniteLoss
 from ..explain.diagnostics import probe
 from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
@@ -117,7 +125,8 @@ class Trainer:
         if self.ranks.rank:  # the same initial weights everywhere, but each rank its own dropout
             torch.manual_seed(cfg.train.seed + self.ranks.rank)
         self.loss_module = distributed.wrap(self.model, self.device)  # in DDP under torchrun
-        if t.compile:  # shapes vary from batch to batch: compiled once for dynamic shapes
+        self.compiled = resolve_compile(self.device, t.compile)
+        if self.compiled:  # shapes vary from batch to batch: compiled once for dynamic shapes
             self.loss_module = torch.compile(self.loss_module, dynamic=True)
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
         # fused: one kernel updates every parameter, not a few operators each (None: torch's choice)
@@ -148,12 +157,15 @@ class Trainer:
             reason = stop_reason(cfg, p)  # a resumed run may already be at its limits
             if cfg.probe_every and p.step == 0:
                 self._probe()  # attention at initialisation
+            compiling = self.compiled  # the first update of a compiled loss compiles it, on the clock
             while not reason:
                 start = time.perf_counter()
                 batches = next(updates)
                 self.lr.before_update(p.step + 1, p.seconds)  # warm-up and the schedule's shape
                 loss = self.train_step(*batches)
                 window.add(loss, batches, time.perf_counter() - start)
+                if compiling:
+                    compiling = self._compiled_in(time.perf_counter() - start)
                 self._advance(clock, bar)
                 if p.step % cfg.log_every == 0:
                     window = self._log_train(window, bar)
@@ -168,6 +180,14 @@ class Trainer:
             logger.info("stopped at step %d: %s", p.step, reason)
         self.ranks.barrier()  # no rank returns before rank 0 has written the last checkpoint
         return p
+
+    def _compiled_in(self, seconds: float) -> bool:
+        """Log the first update's seconds under train.compile (torch.compile builds its kernels
+        then, inside the training clock); returns False: said once per process."""
+        if self.ranks.main:
+            logger.info("train.compile: the first update took %.1f s (compiling, on the clock)", seconds)
+        self._metrics(kind="compile", first_update_seconds=round(seconds, 2))
+        return False
 
     def _advance(self, clock: float, bar: tqdm) -> None:
         """One update done: the step, the data position and rank 0's clock (the same on every rank)."""

@@ -212,6 +212,10 @@ def test_compiled_training_takes_the_same_steps_as_eager(tmp_path):
         runs[compiled].train()
     a, b = params(runs[False]), params(runs[True])
     assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
+    # compiling happens in the first update, on the training clock, and is reported once
+    (compiled,) = records(runs[True].run, "compile")
+    assert compiled["step"] == 0 and 0 < compiled["first_update_seconds"] <= runs[True].progress.seconds
+    assert records(runs[False].run, "compile") == []
 
 
 def records(run: RunDir, kind: str) -> list[dict]:
