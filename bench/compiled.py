@@ -33,12 +33,9 @@ WARMUP = 10  # untimed updates first: the compiled run compiles in the first
 
 def one(config: str, precision: str, compiled: bool, updates: int, threads: int, sets: list[str]) -> dict:
     """One run in this process: a fresh Trainer, WARMUP + `updates` updates; its figures."""
-    import torch
-
     from lookback.config import load_config
     from lookback.training.train import Trainer
 
-    torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
         fixed = [
             f"train.precision={precision}",

@@ -165,7 +165,8 @@ class Trainer:
                 loss = self.train_step(*batches)
                 window.add(loss, batches, time.perf_counter() - start)
                 if compiling:
-                    compiling = self._compiled_in(time.perf_counter() - start)
+                    self._compiled_in(time.perf_counter() - start)
+                    compiling = False
                 self._advance(clock, bar)
                 if p.step % cfg.log_every == 0:
                     window = self._log_train(window, bar)
@@ -181,13 +182,12 @@ class Trainer:
         self.ranks.barrier()  # no rank returns before rank 0 has written the last checkpoint
         return p
 
-    def _compiled_in(self, seconds: float) -> bool:
+    def _compiled_in(self, seconds: float) -> None:
         """Log the first update's seconds under train.compile (torch.compile builds its kernels
-        then, inside the training clock); returns False: said once per process."""
+        then, inside the training clock), once per process."""
         if self.ranks.main:
             logger.info("train.compile: the first update took %.1f s (compiling, on the clock)", seconds)
         self._metrics(kind="compile", first_update_seconds=round(seconds, 2))
-        return False
 
     def _advance(self, clock: float, bar: tqdm) -> None:
         """One update done: the step, the data position and rank 0's clock (the same on every rank)."""
