@@ -32,8 +32,9 @@ budget), then results.json.gz, CSV tables, report.md and plots (BLEU and chrF by
 the model without attention, compression, under- and over-translation, hard against soft
 attention, translation time and attention FLOPs by source length), and how each model learned
 (learning.csv, learning.png: validation BLEU against minutes). Two files keep what the runs gave,
-so that a fresh clone reports without them: evaluations.json.xz (each run's evaluation, its
-outputs included) and curves.jsonl.xz (each run's metrics.jsonl, every record with its "run").
+so that a fresh clone reports without them: evaluations.json.xz (each run's evaluation: every
+beam's scores, the widest beam's outputs) and curves.jsonl.xz (each run's metrics.jsonl, every
+record with its "run").
 
 A difference between two models is called one only where the seeds and a test agree
 (significance.py): each model's outputs are written to outputs/, its score is given as the
@@ -89,7 +90,7 @@ from ..yamlfile import read_yaml
 from . import fanout
 
 logger = logging.getLogger(__name__)
-EVALUATIONS = "evaluations.json.xz"  # every run's evaluation, outputs included: run -> evaluation
+EVALUATIONS = "evaluations.json.xz"  # every run's evaluation, the widest beam's outputs: run -> evaluation
 CURVES = "curves.jsonl.xz"  # every run's metrics.jsonl, each record with its "run"
 
 
@@ -387,7 +388,7 @@ def run_study(
             continue
         evaluations[name] = evaluation
         if evaluation is not kept.get(name):  # evaluated now: kept at once, lest a kill lose it
-            kept[name] = evaluation
+            kept[name] = _to_keep(evaluation, max(study.beam))
             _write_xz(out / EVALUATIONS, json.dumps(dict(sorted(kept.items()))).encode("utf-8"))
     configs = {n: c for n, c in configs.items() if n in evaluations}
     result: dict[str, Any] = {
@@ -413,8 +414,12 @@ def run_study(
             k: {n: e["tests"][spec][f"beam{k}"]["buckets"] for n, e in evaluations.items()}
             for k in study.beam
         }
-        outputs = {
-            k: {n: e["tests"][spec][f"beam{k}"]["outputs"] for n, e in evaluations.items()}
+        outputs = {  # the widest beam's of every run; a narrower beam's of the runs evaluated now
+            k: {
+                n: got["outputs"]
+                for n, e in evaluations.items()
+                if "outputs" in (got := e["tests"][spec][f"beam{k}"])
+            }
             for k in study.beam
         }
         result["tests"][spec] = {f"beam{k}": per_model for k, per_model in per_beam.items()}
@@ -541,7 +546,8 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, cached: dict |
         tests[spec] = {}
         for k in study.beam:
             buckets, outputs = evaluate_model(t, src, ref, k)
-            tests[spec][f"beam{k}"] = {"buckets": buckets, "outputs": outputs}
+            corpus = bleu_and_length(outputs, ref)  # the whole test set, as the buckets are not
+            tests[spec][f"beam{k}"] = {"corpus": corpus, "buckets": buckets, "outputs": outputs}
         if study.hard_attention and attends:
             tests[spec]["soft"] = (
                 tests[spec]["beam1"]["buckets"] if 1 in study.beam else evaluate_model(t, src, ref, 1)[0]
@@ -561,6 +567,22 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, cached: dict |
         "flops": [step_flops(t.model, S) for S in study.flops_lengths],
     }
     return evaluation
+
+
+def _to_keep(evaluation: dict, widest: int) -> dict:
+    """`evaluation` as evaluations.json.xz keeps it: the widest beam's outputs (the paired tests
+    read them), a narrower beam's scores alone (its outputs went to outputs/ when it was made).
+    Both beams' outputs would double the file, which git keeps for every study."""
+    tests = {
+        spec: {
+            key: {k: v for k, v in got.items() if k != "outputs" or key == f"beam{widest}"}
+            if key.startswith("beam")
+            else got
+            for key, got in per_beam.items()
+        }
+        for spec, per_beam in evaluation["tests"].items()
+    }
+    return {**evaluation, "tests": tests}
 
 
 def _write_xz(path: Path, data: bytes) -> None:

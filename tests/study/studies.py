@@ -46,5 +46,5 @@ def read_results(out):
 
 
 def kept_evaluations(out):
-    """A study's evaluations.json.xz: run -> its evaluation, outputs included."""
+    """A study's evaluations.json.xz: run -> its evaluation (the widest beam's outputs)."""
     return json.loads(lzma.decompress((out / "evaluations.json.xz").read_bytes()))

@@ -389,11 +389,27 @@ def test_a_study_goes_on_from_its_kept_evaluations_without_the_runs(study_file, 
     is trained alone."""
     import shutil
 
+    import sacrebleu
+
     assert main(["study", str(study_file)]) == 0
     out = study_file.parent / "out"
     before = read_results(out)
+    kept = kept_evaluations(out)
+    assert set(kept) == {"none", "additive"}
+    study = load_study(study_file)
+    data = next(iter(study.configs([]).values())).data
+    (spec,) = study.tests
+    ref = study_module.read_parallel(spec, data.src_lang, data.tgt_lang)[1]
+    for name, evaluation in kept.items():  # each beam's score; only the widest beam's outputs
+        greedy, widest = evaluation["tests"][spec]["beam1"], evaluation["tests"][spec]["beam3"]
+        assert "outputs" not in greedy and len(widest["outputs"]) == len(ref) == 6
+        written = (out / "outputs" / f"{name}.{study_module._slug(spec)}.beam1.txt").read_text().splitlines()
+        assert greedy["corpus"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(written, [ref]).score)
+        assert widest["corpus"]["bleu"] == pytest.approx(
+            sacrebleu.corpus_bleu(widest["outputs"], [ref]).score
+        )
+        assert greedy["corpus"]["sentences"] == widest["corpus"]["sentences"] == 6
     shutil.rmtree(out / "runs")  # a fresh clone: the evaluations and logs are kept, the runs not
-    assert set(kept_evaluations(out)) == {"none", "additive"}
 
     def refuse(*args, **kwargs):
         raise AssertionError("trained or loaded again")
