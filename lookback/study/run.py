@@ -463,7 +463,7 @@ def _on_ray(
 
     def keep(name: str, outcome: fanout.Outcome) -> None:
         if outcome.evaluation is not None:
-            kept[name] = outcome.evaluation
+            kept[name] = _to_keep(outcome.evaluation, max(study.beam))
             _write_xz(out / EVALUATIONS, json.dumps(dict(sorted(kept.items()))).encode("utf-8"))
 
     outcomes = fanout.fan_out(
