@@ -388,8 +388,7 @@ def run_study(
             continue
         evaluations[name] = evaluation
         if evaluation is not kept.get(name):  # evaluated now: kept at once, lest a kill lose it
-            kept[name] = _to_keep(evaluation, max(study.beam))
-            _write_xz(out / EVALUATIONS, json.dumps(dict(sorted(kept.items()))).encode("utf-8"))
+            _keep(out, kept, name, evaluation, max(study.beam))
     configs = {n: c for n, c in configs.items() if n in evaluations}
     result: dict[str, Any] = {
         "study": study.name,
@@ -463,8 +462,7 @@ def _on_ray(
 
     def keep(name: str, outcome: fanout.Outcome) -> None:
         if outcome.evaluation is not None:
-            kept[name] = _to_keep(outcome.evaluation, max(study.beam))
-            _write_xz(out / EVALUATIONS, json.dumps(dict(sorted(kept.items()))).encode("utf-8"))
+            _keep(out, kept, name, outcome.evaluation, max(study.beam))
 
     outcomes = fanout.fan_out(
         train_and_evaluate, todo, lambda name, cfg: (study, name, cfg, data, kept.get(name), train), keep
@@ -569,10 +567,11 @@ def _evaluation(study: Study, name: str, cfg: Config, data: dict, cached: dict |
     return evaluation
 
 
-def _to_keep(evaluation: dict, widest: int) -> dict:
-    """`evaluation` as evaluations.json.xz keeps it: the widest beam's outputs (the paired tests
-    read them), a narrower beam's scores alone (its outputs went to outputs/ when it was made).
-    Both beams' outputs would double the file, which git keeps for every study."""
+def _keep(out: Path, kept: dict[str, dict], name: str, evaluation: dict, widest: int) -> None:
+    """`evaluation` into `kept` and out/evaluations.json.xz, as the file keeps it: the widest
+    beam's outputs (the paired tests read them), a narrower beam's scores alone (its outputs went
+    to outputs/ when it was made). Both beams' outputs would double the file, which git keeps for
+    every study."""
     tests = {
         spec: {
             key: {k: v for k, v in got.items() if k != "outputs" or key == f"beam{widest}"}
@@ -582,7 +581,8 @@ def _to_keep(evaluation: dict, widest: int) -> dict:
         }
         for spec, per_beam in evaluation["tests"].items()
     }
-    return {**evaluation, "tests": tests}
+    kept[name] = {**evaluation, "tests": tests}
+    _write_xz(out / EVALUATIONS, json.dumps(dict(sorted(kept.items()))).encode("utf-8"))
 
 
 def _write_xz(path: Path, data: bytes) -> None:
