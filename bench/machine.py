@@ -190,6 +190,7 @@ def category(name: str) -> str:
     return "elementwise" if name.startswith("aten::") else "other operators"
 
 
+HEAVIEST = 20  # operators the profile lists one by one, heaviest first
 BINS = (1e6, 1e7, 1e8, 1e9)  # FLOPs a call: under 1 MFLOP, 1-10, 10-100, 100-1,000, 1 GFLOP and more
 
 
@@ -221,34 +222,62 @@ def categorise(
     `optimizer_us`: the optimiser's step with all its operators (on a CPU, Adam runs one
     elementwise operator after another per parameter: they are in "elementwise" too)."""
     seconds: dict[str, float] = {}
-    products: dict[str, dict[str, float]] = {}
+    products: dict[str, dict[str, Any]] = {}
+    operators: dict[str, dict[str, Any]] = {}  # by name: self seconds, calls, its heaviest shapes
     for name, self_us, calls, shapes in events:
+        sec, shown = self_us / 1e6, [s for s in shapes if s]
+        op = operators.setdefault(name, {"seconds": 0.0, "calls": 0, "top": (-1.0, shown)})
+        op["seconds"], op["calls"] = op["seconds"] + sec, op["calls"] + calls
+        op["top"] = max(op["top"], (sec, shown), key=lambda x: x[0])
         if name in PRODUCTS:
             key = "matrix products"
             each = product_flops(name, shapes)
-            b = products.setdefault(size_bin(each), {"calls": 0, "seconds": 0.0, "flops": 0.0})
+            b = products.setdefault(size_bin(each), {"calls": 0, "seconds": 0.0, "flops": 0.0, "rows": []})
             b["calls"] += calls
-            b["seconds"] += self_us / 1e6
+            b["seconds"] += sec
             b["flops"] += each * calls
+            b["rows"].append((sec, name, shown, calls, each))
         else:
             key = category(name)
-        seconds[key] = seconds.get(key, 0.0) + self_us / 1e6
+        seconds[key] = seconds.get(key, 0.0) + sec
     wall = wall_us / 1e6
     seconds["Python and the rest"] = max(0.0, wall - sum(seconds.values()))
     order = sorted(seconds, key=seconds.get, reverse=True)
+    gflops = lambda flops, sec: round(flops / sec / 1e9, 1) if sec else None  # noqa: E731
     by_size = {
         name: {
             "calls": int(b["calls"]),
             "share": round(b["seconds"] / wall, 4),
-            "gflops": round(b["flops"] / b["seconds"] / 1e9, 1) if b["seconds"] else None,
+            "gflops": gflops(b["flops"], b["seconds"]),
+            "heaviest": [  # which products these are: the shapes that took the most time
+                {
+                    "operator": op,
+                    "input_shapes": shown,
+                    "calls": calls,
+                    "share": round(sec / wall, 4),
+                    "gflops": gflops(each * calls, sec),
+                }
+                for sec, op, shown, calls, each in sorted(b["rows"], key=lambda r: r[0], reverse=True)[:3]
+            ],
         }
         for name, b in sorted(products.items(), key=lambda kv: kv[1]["flops"] / max(kv[1]["calls"], 1))
     }
+    heaviest = [  # the operators that took the most self time, all their shapes together
+        {
+            "operator": name,
+            "calls": op["calls"],
+            "share": round(op["seconds"] / wall, 4),
+            "heaviest_shapes": op["top"][1],
+        }
+        for name, op in sorted(operators.items(), key=lambda kv: kv[1]["seconds"], reverse=True)[:HEAVIEST]
+    ]
     return {
         "wall_seconds": round(wall, 3),
+        "operator_calls": int(sum(op["calls"] for op in operators.values())),
         "shares": {k: round(seconds[k] / wall, 4) for k in order},
         "optimizer_step_share": round(optimizer_us / 1e6 / wall, 4),  # inclusive; overlaps the shares
         "matrix_products_by_size": by_size,
+        "heaviest": heaviest,
     }
 
 
@@ -328,7 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         train["products_seconds_per_update_at_peak"] = round(products / peak["fp32_peak_gflops"] / 1e9, 4)
         plan = iter(trainer.plan)
         more = [next(plan) for _ in range(5)]
+        start = time.perf_counter()  # the same updates unprofiled: what the profiler adds
+        for bs in more:
+            trainer.train_step(*bs)
+        unprofiled = time.perf_counter() - start
         train["profile"] = profiled(lambda: [trainer.train_step(*bs) for bs in more])
+        train["profile"]["unprofiled_wall_seconds"] = round(unprofiled, 3)
         result["training"] = train
         say(
             f"training: {train['target_tokens_per_s']:,.0f} target tokens/s x "

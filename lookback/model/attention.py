@@ -239,22 +239,36 @@ class AdditiveScore(Score):
         return self.U(h)  # (B, S, He) -> (B, S, A): U h once per sentence
 
     def forward(self, s: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
-        Ws = self.W(s)  # (B, T, D) -> (B, T, A)
-        pre = Ws.unsqueeze(2) + keys.unsqueeze(1)  # -> (B, T, S, A)
+        if not through_sigmoid(keys):  # bf16, or a GPU: as the formula is written
+            return self.v(torch.tanh(self._pre(s, keys, coverage))).squeeze(-1)  # (B, T, S)
+        # float32 on a CPU: tanh(x) = 2 sigmoid(2x) - 1 (`through_sigmoid`), with its 2s moved
+        # onto the small tensors (2 W s = W 2s: W has no bias) and onto v:
+        #     v . tanh(x) = 2v . sigmoid(2x) - sum(v)
+        # the same e within rounding, but the (B, T, S, A) numbers are made and read in two
+        # passes (sum, sigmoid) instead of five, forward and backward alike. v as a vector: its
+        # backward is then an elementwise outer product, where a product with a (1, A) matrix
+        # made it a matrix product of inner size 1, at well under 1 GFLOP/s (bench/machine.py)
+        twice = self._pre(2 * s, 2 * keys, None if coverage is None else 2 * coverage)  # 2x: (B, T, S, A)
+        if not isinstance(self.v, nn.Linear) or torch.onnx.is_in_onnx_export():
+            # v quantised, or on its way to ONNX, whose int8 quantises it as a (1, A) matrix
+            return self.v(torch.sigmoid(twice) * 2 - 1).squeeze(-1)  # (runtime/fast.py)
+        v = self.v.weight.view(-1)  # (A,)
+        return torch.sigmoid(twice) @ (2 * v) - v.sum()  # (B, T, S)
+
+    def _pre(self, s: Tensor, keys: Tensor, coverage: Tensor | None) -> Tensor:
+        """W s + U h (+ w_c cov): queries s (B, T, D), keys U h (B, S, A) -> (B, T, S, A)."""
+        pre = self.W(s).unsqueeze(2) + keys.unsqueeze(1)  # (B, T, 1, A) + (B, 1, S, A)
         if coverage is not None:  # cov (B, T, S) -> w_c cov (B, T, S, A)
             pre = pre + self.w_c(coverage.unsqueeze(-1).to(pre.dtype))
-        return self.v(tanh(pre)).squeeze(-1)  # -> (B, T, S)
+        return pre
 
 
-def tanh(x: Tensor) -> Tensor:
-    """tanh(x) = 2 sigmoid(2x) - 1, computed so in float32 on the CPU: the same function (within
-    2e-7), but PyTorch's CPU sigmoid is several times faster than its tanh, and additive
-    attention takes the tanh of (B, T, S, A) numbers at every step (bench/kernels.py). In bf16
-    the subtraction would lose small values' digits, and on a GPU four passes over memory
-    cost more than one: there it is torch.tanh."""
-    if x.dtype != torch.float32 or x.device.type != "cpu":
-        return torch.tanh(x)
-    return torch.sigmoid(x * 2) * 2 - 1
+def through_sigmoid(x: Tensor) -> bool:
+    """Whether additive attention takes its tanh as 2 sigmoid(2x) - 1, for numbers like x: in
+    float32 on a CPU, where PyTorch's sigmoid is several times faster than its tanh
+    (bench/kernels.py). In bf16 the subtraction would lose small values' digits, and on a GPU
+    tanh is one pass over memory as sigmoid is."""
+    return x.dtype == torch.float32 and x.device.type == "cpu"
 
 
 SCORES: dict[str, type[Score]] = {  # model.attention -> its score: the one registry

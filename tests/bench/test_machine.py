@@ -54,6 +54,7 @@ def test_self_times_are_shared_out_and_the_rest_is_python():
     ]
     out = categorise(rows, wall_us=10_000.0, optimizer_us=700.0)
     assert out["optimizer_step_share"] == pytest.approx(0.07)  # inclusive, beside the shares
+    assert out["operator_calls"] == 71
     shares = out["shares"]
     assert shares["matrix products"] == pytest.approx(0.3)
     assert shares["recurrence (the RNN cells' own work)"] == pytest.approx(0.05)
@@ -68,8 +69,35 @@ def test_self_times_are_shared_out_and_the_rest_is_python():
     assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
     assert list(shares)[0] == "Python and the rest"  # largest first
     sizes = out["matrix_products_by_size"]
-    assert sizes["1-10 MFLOP"] == {"calls": 10, "share": 0.2, "gflops": 10.0}
-    assert sizes["10-100 MFLOP"] == {"calls": 1, "share": 0.1, "gflops": 20.0}
+    mm = {"operator": "aten::mm", "input_shapes": [[100, 100], [100, 100]], "calls": 10, "share": 0.2}
+    assert sizes["1-10 MFLOP"] == {
+        "calls": 10,
+        "share": 0.2,
+        "gflops": 10.0,
+        "heaviest": [{**mm, "gflops": 10.0}],
+    }
+    assert sizes["10-100 MFLOP"]["heaviest"][0]["input_shapes"] == [[10], [1000, 1000], [1000, 10]]
+    assert sizes["10-100 MFLOP"]["gflops"] == 20.0
+    heaviest = out["heaviest"]  # operators, heaviest first, the shapes of their heaviest row
+    assert heaviest[0] == {
+        "operator": "aten::mm",
+        "calls": 10,
+        "share": 0.2,
+        "heaviest_shapes": mm["input_shapes"],
+    }
+    assert [h["operator"] for h in heaviest[1:3]] == ["aten::addmm", "aten::_thnn_fused_gru_cell"]
+    assert len(heaviest) == len(rows)
+
+
+def test_an_operators_shapes_add_up_and_its_heaviest_are_named():
+    rows = [
+        ("aten::sigmoid", 100.0, 2, [[4, 5]]),
+        ("aten::sigmoid", 300.0, 1, [[8, 5]]),
+        ("aten::add", 200.0, 3, []),
+    ]
+    heaviest = categorise(rows, wall_us=1_000.0)["heaviest"]
+    assert heaviest[0] == {"operator": "aten::sigmoid", "calls": 3, "share": 0.4, "heaviest_shapes": [[8, 5]]}
+    assert heaviest[1]["operator"] == "aten::add"
 
 
 def test_the_peak_is_the_best_size_and_int8_is_measured_when_asked():

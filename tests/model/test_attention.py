@@ -15,7 +15,6 @@ from lookback.model.attention import (
     attend,
     build_score,
     register_score,
-    tanh,
 )
 from lookback.model.seq2seq import Seq2Seq
 
@@ -67,15 +66,33 @@ def test_additive_score_is_v_tanh_Ws_plus_Uh():
     assert score(s, score.keys(h))[0, 0].tolist() == pytest.approx(expected, abs=1e-6)
 
 
-def test_tanh_through_sigmoid_is_tanh():
-    x = torch.linspace(-20, 20, 10001)
-    assert (tanh(x) - torch.tanh(x)).abs().max() < 3e-7  # float32: 2 sigmoid(2x) - 1
-    assert tanh(torch.tensor([0.0, -20.0, 20.0])).tolist() == [0.0, -1.0, 1.0]
-    b = x.bfloat16()
-    assert torch.equal(tanh(b), torch.tanh(b))  # bf16: torch.tanh itself
-    x.requires_grad_(True)
-    tanh(x).sum().backward()
-    assert torch.allclose(x.grad, 1 - torch.tanh(x.detach()) ** 2, atol=1e-6)
+@pytest.mark.parametrize("coverage", [False, True])
+def test_additive_score_through_sigmoid_is_the_formula_and_its_gradient(coverage):
+    # float32 on a CPU takes tanh as 2 sigmoid(2x) - 1 with the 2s moved onto s, U h, cov and v
+    torch.manual_seed(0)
+    score = AdditiveScore(dec_size=5, enc_size=4, attention_size=6, coverage=coverage)
+    s, h = torch.randn(2, 3, 5, requires_grad=True), torch.randn(2, 7, 4) * 3
+    cov = torch.rand(2, 3, 7) * 2 if coverage else None
+    e = score(s, score.keys(h), cov)
+    pre = score.W(s).unsqueeze(2) + score.U(h).unsqueeze(1)  # W s + U h: (2, 3, 7, 6)
+    if coverage:
+        pre = pre + cov.unsqueeze(-1) * score.w_c.weight.view(6)
+    formula = (torch.tanh(pre) * score.v.weight.view(6)).sum(-1)  # v . tanh(...): (2, 3, 7)
+    assert e.shape == (2, 3, 7)
+    assert (e - formula).abs().max() < 1e-5
+    g = torch.randn(2, 3, 7)
+    got = torch.autograd.grad((e * g).sum(), [s, *score.parameters()])
+    want = torch.autograd.grad((formula * g).sum(), [s, *score.parameters()])
+    for a, b in zip(got, want, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_additive_score_in_bf16_is_torch_tanh_itself():
+    torch.manual_seed(0)
+    score = AdditiveScore(dec_size=5, enc_size=4, attention_size=6).bfloat16()
+    s, h = torch.randn(2, 3, 5).bfloat16(), torch.randn(2, 7, 4).bfloat16()
+    pre = score.W(s).unsqueeze(2) + score.U(h).unsqueeze(1)
+    assert torch.equal(score(s, score.keys(h)), score.v(torch.tanh(pre)).squeeze(-1))
 
 
 @pytest.mark.parametrize("kind", ["dot", "general", "additive"])
