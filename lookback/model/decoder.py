@@ -186,6 +186,7 @@ class Decoder(nn.Module):
         self.word_dropout = cfg.word_dropout
         self.num_layers = cfg.dec_layers
         self.is_lstm = cfg.cell == "lstm"
+        self._compiled_step = None  # train.compile on a decoder that steps: compile_steps
 
     @property
     def attends(self) -> bool:
@@ -197,6 +198,15 @@ class Decoder(nn.Module):
         """Whether teacher forcing can run all T steps in one RNN call: the RNN reads neither c_t
         nor ~s_{t-1} (coverage is fine: only attention then steps, in `_attend`)."""
         return not self.input_feeding and (self.attention == "none" or self.attend_from == "current")
+
+    def compile_steps(self) -> None:
+        """train.compile for a decoder that steps in training (input feeding, attending from
+        s_{t-1}, train.stepwise): one step (score, softmax, context, the RNN cell, the readout) and
+        its backward compiled by torch.compile, once for dynamic shapes, and run at every step in
+        training; the loop over the steps stays Python (compiled whole, it would be traced again
+        for every target length). Search and validation step eagerly."""
+        step = torch.compile(self._steps, dynamic=True)
+        self._compiled_step = torch._dynamo.config.patch(allow_rnn=True)(step)  # the GRU's cell traced too
 
     def attention_parameters(self) -> list[nn.Parameter]:
         """The attention's own parameters: the score's and a local window's (none for dot)."""
@@ -310,14 +320,15 @@ class Decoder(nn.Module):
         even where the decoder could run all at once (the same numbers, slower); `look`:
         hard attention or a counterfactual, at inference."""
         x = self.embed_inputs(y_prev)  # (B, T, E), once for all T steps
-        if (self.parallel and not stepwise) or y_prev.size(1) == 1:
+        if self.parallel and not stepwise:
             out = self._steps(x, enc, state, look)
-        else:
+        else:  # train.compile: the compiled step in training (compile_steps), search steps eagerly
+            one = self._compiled_step if self.training and self._compiled_step is not None else self._steps
             steps = []
             for t in range(y_prev.size(1)):
-                steps.append(self._steps(x[:, t : t + 1], enc, state, look))
+                steps.append(one(x[:, t : t + 1], enc, state, look))
                 state = steps[-1].state
-            out = DecoderOutput.cat(steps)
+            out = steps[0] if len(steps) == 1 else DecoderOutput.cat(steps)  # one step: its very tensors
         return out._replace(logits=self.project(out.s_tilde)) if project else out
 
     def project(self, s_tilde: Tensor) -> Tensor:

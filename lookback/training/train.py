@@ -127,7 +127,11 @@ class Trainer:
         self.loss_module = distributed.wrap(self.model, self.device)  # in DDP under torchrun
         self.compiled = resolve_compile(self.device, t.compile)
         if self.compiled:  # shapes vary from batch to batch: compiled once for dynamic shapes
-            self.loss_module = torch.compile(self.loss_module, dynamic=True)
+            decoder = self.model.decoder
+            if hasattr(decoder, "compile_steps") and (t.stepwise or not decoder.parallel):
+                decoder.compile_steps()  # a decoder that steps: its one step, run T times
+            else:  # the whole loss, in one graph
+                self.loss_module = torch.compile(self.loss_module, dynamic=True)
         self.rank_rng: list[dict[str, torch.Tensor]] = []  # torchrun: every rank's RNG, for an exact resume
         # fused: one kernel updates every parameter, not a few operators each (None: torch's choice)
         fused = True if t.fused_adam else None

@@ -203,15 +203,21 @@ def test_fused_adam_takes_the_same_steps_and_resumes_exactly(tmp_path):
 
 
 @pytest.mark.slow
-def test_compiled_training_takes_the_same_steps_as_eager(tmp_path):
-    """train.compile: the compiled loss gives the eager run's weights, to float tolerance."""
+@pytest.mark.parametrize("model", [{}, {"input_feeding": True}], ids=["whole", "step"])
+def test_compiled_training_takes_the_same_steps_as_eager(tmp_path, model):
+    """train.compile: the compiled loss (a decoder that runs all steps at once) or the compiled step
+    (input feeding: the decoder steps) gives the eager run's weights, to float tolerance."""
     runs = {}
     for compiled in (False, True):
-        raw = tiny_train_config(tmp_path / str(compiled), train={"max_steps": 10, "compile": compiled})
+        raw = tiny_train_config(
+            tmp_path / str(compiled), model=model, train={"max_steps": 10, "compile": compiled}
+        )
         runs[compiled] = Trainer(from_dict(raw))
         runs[compiled].train()
     a, b = params(runs[False]), params(runs[True])
     assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
+    whole = hasattr(runs[True].loss_module, "_orig_mod")  # torch.compile's wrapper of the loss
+    assert (runs[True].model.decoder._compiled_step is not None, whole) == (bool(model), not model)
     # compiling happens in the first update, on the training clock, and is reported once
     (compiled,) = records(runs[True].run, "compile")
     assert compiled["step"] == 0 and 0 < compiled["first_update_seconds"] <= runs[True].progress.seconds
