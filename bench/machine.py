@@ -25,6 +25,9 @@
    each operator's own time (self time) in categories; matrix products also by size (FLOPs
    a call), with the GFLOP/s each size reaches; "Python and the rest" is the wall clock minus
    every operator's self time (the interpreter, the autograd engine's bookkeeping, the profiler's own cost).
+   Then each profiled matrix product again, alone, at its own shapes (`products_alone`): the
+   seconds those updates would take if they were nothing but their products, the ceiling for
+   this model's GEMMs at these sizes, and the share of it the unprofiled updates reach.
 
 Run it on an otherwise idle machine, one process at a time. Every result records the CPU's
 model and flags, torch's version and the environment variables that cap the kernels
@@ -164,7 +167,15 @@ def decoding(translator, sentences: list[str], beam: int) -> dict[str, Any]:
 
 # -- 4. where the rest goes --------------------------------------------------------------------
 
-PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::mv"}
+PRODUCTS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::addmv",
+    "aten::addmv_",
+    "aten::mv",
+}
 COPIES = ("copy", "cat", "stack", "index", "gather", "scatter", "embedding", "clone", "contiguous", "select")
 VIEWS = ("slice", "view", "reshape", "transpose", "permute", "expand", "narrow", "split", "unbind", "squeeze")
 ALLOCATION = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_"}
@@ -199,7 +210,7 @@ def product_flops(name: str, shapes: list[list[int]]) -> int:
     mats = [s for s in shapes if len(s) in (2, 3)]
     if name in ("aten::addmm", "aten::baddbmm"):
         mats = mats[-2:]  # the bias or accumulator comes first
-    if name in ("aten::mv", "aten::addmv"):
+    if name in ("aten::mv", "aten::addmv", "aten::addmv_"):
         (m, k) = [s for s in shapes if len(s) == 2][-1]
         return 2 * m * k
     if len(mats) < 2:
@@ -281,8 +292,40 @@ def categorise(
     }
 
 
-def profiled(run: Callable[[], Any]) -> dict[str, Any]:
-    """`run()` under torch.profiler, its operators' self times in categories."""
+def product_call(name: str, shapes: list[list[int]]) -> Callable[[], Any] | None:
+    """One call of the matrix product `name` on random fp32 operands of the profiled `shapes`
+    (contiguous: the profile records no strides); None where the shapes do not say enough."""
+    mats = [torch.randn(*s) for s in shapes if s]
+    ops = {
+        "aten::mm": torch.mm,
+        "aten::bmm": torch.bmm,
+        "aten::mv": torch.mv,
+        "aten::addmm": torch.addmm,
+        "aten::baddbmm": torch.baddbmm,
+        "aten::addmv": torch.addmv,
+        "aten::addmv_": torch.addmv,
+    }
+    wanted = 3 if name.startswith(("aten::add", "aten::badd")) else 2
+    if name not in ops or len(mats) != wanted:
+        return None
+    return lambda: ops[name](*mats)
+
+
+def products_alone(rows: Iterable[tuple[str, float, int, list[list[int]]]]) -> float:
+    """Seconds the profiled matrix products take on their own, one shape after another in a
+    tight loop (operands in cache, no other work between them): each distinct (product, shapes)
+    timed, times its calls. The ceiling an update made of these products allows at these sizes."""
+    total = 0.0
+    for name, _self_us, calls, shapes in rows:
+        call = product_call(name, shapes) if name in PRODUCTS else None
+        if call is not None:
+            total += calls * median_call_seconds(call, 3, 3, warmup=1)
+    return total
+
+
+def profiled(run: Callable[[], Any], replay: bool = False) -> dict[str, Any]:
+    """`run()` under torch.profiler, its operators' self times in categories; with `replay`,
+    also the seconds its matrix products take alone (`products_alone`)."""
     from torch.profiler import ProfilerActivity, profile
 
     start = time.perf_counter()
@@ -293,7 +336,10 @@ def profiled(run: Callable[[], Any]) -> dict[str, Any]:
     rows = [(e.key, e.self_cpu_time_total, e.count, list(e.input_shapes or [])) for e in averages]
     # torch.optim labels each step "Optimizer.step#Adam.step": its whole time, operators included
     optimizer_us = sum(e.cpu_time_total for e in averages if e.key.startswith("Optimizer.step#"))
-    return categorise(rows, wall_us, optimizer_us)
+    out = categorise(rows, wall_us, optimizer_us)
+    if replay:
+        out["products_alone_seconds"] = round(products_alone(rows), 4)
+    return out
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -361,14 +407,25 @@ def main(argv: list[str] | None = None) -> int:
         for bs in more:
             trainer.train_step(*bs)
         unprofiled = time.perf_counter() - start
-        train["profile"] = profiled(lambda: [trainer.train_step(*bs) for bs in more])
+        train["profile"] = profiled(lambda: [trainer.train_step(*bs) for bs in more], replay=True)
         train["profile"]["unprofiled_wall_seconds"] = round(unprofiled, 3)
+        # the ceiling at this model's sizes: the same updates if they were their products alone
+        alone = train["profile"]["products_alone_seconds"]
+        more_tokens = sum(b.n_tokens for bs in more for b in bs)
+        train["ceiling_target_tokens_per_s"] = round(more_tokens / alone, 1) if alone else None
+        train["unprofiled_target_tokens_per_s"] = round(more_tokens / unprofiled, 1)
+        train["fraction_of_ceiling"] = round(alone / unprofiled, 3) if alone else None  # of its tokens/s
         result["training"] = train
         say(
             f"training: {train['target_tokens_per_s']:,.0f} target tokens/s x "
             f"{train['flops_per_target_token'] / 1e6:.1f} MFLOP = {train['achieved_gflops']} GFLOP/s, "
             f"{train['fraction_of_fp32_peak']:.0%} of the fp32 peak"
         )
+        if train["ceiling_target_tokens_per_s"]:
+            say(
+                f"its matrix products alone, at their own sizes: {train['ceiling_target_tokens_per_s']:,.0f} "
+                f"target tokens/s; the update reaches {train['fraction_of_ceiling']:.0%} of that ceiling"
+            )
     result["decoding"] = decode(args, peak, say)
     write_json(args.output, result)
     say(f"wrote {args.output}")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig, TrainConfig
 from ..data.tokenizer import PAD
 from .coverage import coverage_loss, coverage_weight
+from .cross_entropy import cross_entropy
 from .decoder import SOFT, Decoder, DecoderOutput, Look
 from .encoder import Encoder, EncoderOutput
 from .guided import guide_at, guided_loss
@@ -97,7 +97,7 @@ class Seq2Seq(nn.Module):
             out = self.decoder(y_prev, enc, state, project=False, stepwise=stepwise)
             logits = self.decoder.project(out.s_tilde[real])  # (N, D) -> (N, V)
         targets = tgt_out[real]  # (N,)
-        J = F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing, reduction="sum")
+        J = cross_entropy(logits, targets, label_smoothing)  # summed, fp32 (cross_entropy.py)
         if guide and out.alpha is not None:
             J = J + guide * guided_loss(out.alpha, src_len, tgt_out)
         if coverage and out.alpha is not None:

@@ -174,3 +174,17 @@ def test_like_for_like_trains_the_headlines_model_stepping_one_position_at_a_tim
     assert train["decoder_steps_per_update"] >= 2  # the toy targets' padded length
     floor = train["fraction_of_fp32_peak"] * train["seconds_per_update"]
     assert train["products_seconds_per_update_at_peak"] == pytest.approx(floor, rel=0.05, abs=1e-4)
+
+
+def test_products_alone_replays_each_shape_for_its_calls(monkeypatch):
+    timed = []
+    monkeypatch.setattr(machine, "median_call_seconds", lambda call, *a, **k: timed.append(call()) or 0.5)
+    rows = [
+        ("aten::addmm", 10.0, 4, [[6], [3, 5], [5, 6]]),  # bias, then the two matrices
+        ("aten::bmm", 10.0, 2, [[2, 3, 5], [2, 5, 7]]),
+        ("aten::addmv_", 10.0, 1, [[3], [3, 5], [5]]),
+        ("aten::sigmoid", 10.0, 9, [[3, 5]]),  # not a product: not replayed
+        ("aten::mm", 10.0, 9, [[3, 5]]),  # too few shapes to replay
+    ]
+    assert machine.products_alone(rows) == pytest.approx(0.5 * (4 + 2 + 1))
+    assert [tuple(t.shape) for t in timed] == [(3, 6), (2, 3, 7), (3,)]
