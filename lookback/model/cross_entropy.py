@@ -35,9 +35,8 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dJ: Tensor) -> tuple[Tensor, None, None]:
-        log_p, targets = (
-            ctx.saved_tensors
-        )  # a second backward through the graph stops here, with torch's error
+        # a second backward through the graph stops here, with torch's error: log_p became P
+        log_p, targets = ctx.saved_tensors
         grad = log_p.exp_()  # P, in place: log_p is not needed again
         grad[torch.arange(len(targets), device=grad.device), targets] -= 1 - ctx.eps  # P - (1 - eps) onehot
         if ctx.eps:
