@@ -167,15 +167,16 @@ def decoding(translator, sentences: list[str], beam: int) -> dict[str, Any]:
 
 # -- 4. where the rest goes --------------------------------------------------------------------
 
-PRODUCTS = {
-    "aten::mm",
-    "aten::addmm",
-    "aten::bmm",
-    "aten::baddbmm",
-    "aten::addmv",
-    "aten::addmv_",
-    "aten::mv",
+REPLAY = {  # each matrix product the profile names, and the call that makes it again (products_alone)
+    "aten::mm": torch.mm,
+    "aten::addmm": torch.addmm,
+    "aten::bmm": torch.bmm,
+    "aten::baddbmm": torch.baddbmm,
+    "aten::addmv": torch.addmv,
+    "aten::addmv_": torch.addmv,
+    "aten::mv": torch.mv,
 }
+PRODUCTS = set(REPLAY)
 COPIES = ("copy", "cat", "stack", "index", "gather", "scatter", "embedding", "clone", "contiguous", "select")
 VIEWS = ("slice", "view", "reshape", "transpose", "permute", "expand", "narrow", "split", "unbind", "squeeze")
 ALLOCATION = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_"}
@@ -295,20 +296,12 @@ def categorise(
 def product_call(name: str, shapes: list[list[int]]) -> Callable[[], Any] | None:
     """One call of the matrix product `name` on random fp32 operands of the profiled `shapes`
     (contiguous: the profile records no strides); None where the shapes do not say enough."""
-    mats = [torch.randn(*s) for s in shapes if s]
-    ops = {
-        "aten::mm": torch.mm,
-        "aten::bmm": torch.bmm,
-        "aten::mv": torch.mv,
-        "aten::addmm": torch.addmm,
-        "aten::baddbmm": torch.baddbmm,
-        "aten::addmv": torch.addmv,
-        "aten::addmv_": torch.addmv,
-    }
-    wanted = 3 if name.startswith(("aten::add", "aten::badd")) else 2
-    if name not in ops or len(mats) != wanted:
+    op = REPLAY.get(name)
+    wanted = 3 if name.startswith(("aten::add", "aten::badd")) else 2  # the bias or accumulator first
+    if op is None or len([s for s in shapes if s]) != wanted:
         return None
-    return lambda: ops[name](*mats)
+    mats = [torch.randn(*s) for s in shapes if s]
+    return lambda: op(*mats)
 
 
 def products_alone(rows: Iterable[tuple[str, float, int, list[list[int]]]]) -> float:
@@ -317,7 +310,7 @@ def products_alone(rows: Iterable[tuple[str, float, int, list[list[int]]]]) -> f
     timed, times its calls. The ceiling an update made of these products allows at these sizes."""
     total = 0.0
     for name, _self_us, calls, shapes in rows:
-        call = product_call(name, shapes) if name in PRODUCTS else None
+        call = product_call(name, shapes)
         if call is not None:
             total += calls * median_call_seconds(call, 3, 3, warmup=1)
     return total
