@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -164,3 +167,34 @@ def test_the_cpp_compiler_is_cxx_when_set(monkeypatch, tmp_path):
     assert device_module.cpp_compiler() == str(cxx)
     monkeypatch.setenv("CXX", str(tmp_path / "missing"))
     assert device_module.cpp_compiler() is None  # CXX names the one to use: no other is guessed
+
+
+FREE_AND_ASK_AGAIN = """
+import sys
+import torch
+from lookback.device import keep_freed_memory
+def rss_mb():
+    line = next(x for x in open("/proc/self/status") if x.startswith("VmRSS"))
+    return int(line.split()[1]) / 1024
+kept = keep_freed_memory() if sys.argv[1] == "keep" else None
+x = torch.ones(64 * 2**18)  # 64 MB, written
+before = rss_mb()
+del x
+print(kept, before - rss_mb())
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="glibc's malloc: Linux only")
+@pytest.mark.parametrize("keep", [False, True])
+def test_training_on_a_cpu_keeps_the_memory_it_frees_for_the_next_update(keep):
+    """A freed 64 MB block goes back to the system at once (its pages to be faulted in and
+    zeroed again by the next update), unless keep_freed_memory has told malloc to keep it."""
+    run = subprocess.run(
+        [sys.executable, "-c", FREE_AND_ASK_AGAIN, "keep" if keep else "free"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    kept, returned_mb = run.stdout.split()
+    assert kept == ("True" if keep else "None")
+    assert (float(returned_mb) < 4) if keep else (float(returned_mb) > 60)

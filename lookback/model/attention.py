@@ -385,7 +385,8 @@ def attend(
     Returns:
         c: contexts (B, T, He), and alpha: weights (B, T, S), each row summing to 1.
     """
-    e = e.float() if prior is None else e.float() + prior.float()  # float32 even under autocast
+    wide = torch.promote_types(e.dtype, torch.float32)  # float32 even under autocast; float64 stays
+    e = e.to(wide) if prior is None else e.to(wide) + prior.to(wide)
     mask = src_mask.unsqueeze(1) if src_mask.dim() == 2 else src_mask  # (B or 1, 1 or T, S)
     e = e.masked_fill(~mask, float("-inf"))
     alpha = NORMALIZERS[normalizer](e)

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig, TrainConfig
 from ..data.tokenizer import PAD
+from . import bptt
 from .coverage import coverage_loss, coverage_weight
 from .cross_entropy import cross_entropy
 from .decoder import SOFT, Decoder, DecoderOutput, Look
@@ -38,6 +39,7 @@ class LossTerms(NamedTuple):
     coverage: float = 0.0  # the coverage loss's weight (coverage.py; 0: none)
     teacher_forcing: float = 1.0  # scheduled sampling's eps (sampling.py; 1: teacher forcing)
     stepwise: bool = False  # run the decoder one step at a time, as search does
+    written: bool = False  # the decoder's steps differentiated by bptt.py where it covers them
 
     @classmethod
     def at(cls, t: TrainConfig, update: int) -> LossTerms:
@@ -48,6 +50,7 @@ class LossTerms(NamedTuple):
             coverage_weight(t.coverage_loss, t.coverage_start, update + 1),
             truth_probability(update, t.teacher_forcing, t.sampling_decay, t.sampling_k),
             t.stepwise,
+            t.bptt == "auto" and not t.compile,  # train.compile: the compiled step instead
         )
 
 
@@ -85,11 +88,16 @@ class Seq2Seq(nn.Module):
         slower. Only the real tokens reach the output layer: W_o and the softmax over V are most
         of the cost, and a batch of sentences is often half padding.
         """
-        label_smoothing, guide, coverage, teacher_forcing, stepwise = terms
+        label_smoothing, guide, coverage, teacher_forcing, stepwise, written = terms
         enc = self.encode(src, src_len)
         state = self.decoder.init_state(enc)
         real = tgt_out != PAD  # (B, T)
-        if teacher_forcing < 1 and stepwise:
+        plain = not (guide or coverage or stepwise) and teacher_forcing == 1  # nothing reads alpha
+        if written and plain and bptt.runs(self.decoder):  # the same loss, backward written out
+            x = self.decoder.embed_inputs(tgt_in)  # (B, T, E)
+            s_tilde = bptt.steps(self.decoder, x, enc.h, enc.keys, enc.src_mask, state.top())  # (B, T, D)
+            logits = self.decoder.project(s_tilde[real])  # (N, D) -> (N, V)
+        elif teacher_forcing < 1 and stepwise:
             out = sampled_forward(self.decoder, tgt_in, enc, state, teacher_forcing)
             logits = out.logits[real]  # (N, V), N real tokens
         else:

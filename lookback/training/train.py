@@ -40,6 +40,7 @@ from ..device import (
     autocast,
     describe,
     free_memory,
+    keep_freed_memory,
     resolve_compile,
     resolve_device,
     resolve_precision,
@@ -47,6 +48,7 @@ from ..device import (
 )
 from ..errors import CheckpointError, NonFiniteLoss
 from ..explain.diagnostics import probe
+from ..model import bptt
 from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
 from .checkpoint import RunDir, require_tensorboard
@@ -64,6 +66,8 @@ class Trainer:
         self.run.prepare(resume)  # writable, and a run to resume or none to overwrite
         set_threads(cfg.train.threads)
         device = resolve_device(cfg.train.device)
+        if device.type == "cpu":
+            keep_freed_memory()  # each update's large blocks reused, not mapped afresh (device.py)
         self.precision = resolve_precision(device, cfg.train.precision)  # auto: bf16 where native
         self.ranks, self.device = distributed.Ranks.join(device)  # torchrun: cuda:LOCAL_RANK
         self.run.writes = self.ranks.main
@@ -268,6 +272,11 @@ class Trainer:
         cfg, n = self.cfg.train, count_parameters(self.model)
         logger.info("model: %.2fM parameters; %d training pairs", n / 1e6, len(self.train_pairs))
         logger.info(describe(self.device, self.precision))
+        written = LossTerms.at(cfg, self.progress.step).written and self.precision == "fp32"
+        if written and bptt.covers(self.model.decoder):
+            logger.info(
+                "decoder steps: backward written out (model/bptt.py; train.bptt: autograd for autograd)"
+            )
         if self.ranks.world > 1 or cfg.accumulate > 1:
             logger.info("%d process(es) x %d batch(es) per update", self.ranks.world, cfg.accumulate)
         steps, disable = cfg.max_steps or None, None if self.ranks.main else True
