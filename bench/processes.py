@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,22 @@ from .common import REPO, read_json
 
 JOEY_VENV = REPO / "bench" / ".venv-joey"
 RESULTS = REPO / "results" / "bench"
+
+# Joey's processes keep the memory they free, as lookback's training does for itself
+# (keep_freed_memory in lookback/device.py): glibc otherwise maps each block over 32 MB afresh
+# and faults in its pages again at every update, for Joey's logits as for lookback's. Like for
+# like includes the allocator: on a 2-core Zen 3 Joey trained 1,376 target tokens/s without this
+# and 1,690 with it (docs/lab/performance.md, session 55).
+KEEP_FREED_MEMORY = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"
+
+
+def child_env(system: str) -> dict[str, str]:
+    """The environment of `system`'s process: this one's, and Joey's with KEEP_FREED_MEMORY
+    (unless GLIBC_TUNABLES is set already, which then holds for both)."""
+    env = dict(os.environ)
+    if system.startswith("joey"):
+        env.setdefault("GLIBC_TUNABLES", KEEP_FREED_MEMORY)
+    return env
 
 
 def ensure_joey(venv: Path) -> str | None:
@@ -39,7 +56,9 @@ def run_child(system: str, task: str, spec_path: Path, out_dir: Path, timeout: f
     start = time.perf_counter()
     with log_path.open("w", encoding="utf-8") as log:
         try:
-            proc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+            proc = subprocess.run(
+                cmd, cwd=REPO, env=child_env(system), stdout=log, stderr=subprocess.STDOUT, timeout=timeout
+            )
             code: int | str = proc.returncode
         except subprocess.TimeoutExpired:
             code = "timeout"
