@@ -201,10 +201,10 @@ def keep_freed_memory() -> bool:
     default it maps each block of over 32 MB afresh and unmaps it when freed: an update's
     (tokens x V) logits, their log-probabilities and the additive scores' (T, B, S, A) tanh
     (35-45 MB each at 1,100 tokens and 8,000 words) then fault in every 4 kB page, zeroed by
-    the system, on first touch, at 0.4 ms a MB on a 2-core EPYC: more than the arithmetic on
-    them (docs/performance.md). With mapping off and the heap's trim threshold out of reach,
-    the process holds its peak and reuses it. Linux with glibc only; elsewhere it does nothing
-    and returns False."""
+    the system, on first touch, at up to 0.4 ms a MB on a 2-core EPYC: more than the arithmetic
+    on them (docs/lab/performance.md, session 55). With mapping off and the heap's trim
+    threshold out of reach, the process holds its peak and reuses it. Linux with glibc only;
+    elsewhere it does nothing and returns False."""
     if platform.system() != "Linux":
         return False
     try:
