@@ -44,7 +44,8 @@ from ..config import ModelConfig
 from ..data.tokenizer import PAD
 from . import local
 from .attention import attend, build_score
-from .encoder import RNNS, EncoderOutput, drop_words
+from .dropout import Dropout, drop_words
+from .encoder import RNNS, EncoderOutput
 
 
 class DecoderState(NamedTuple):
@@ -182,7 +183,7 @@ class Decoder(nn.Module):
         self.out = nn.Linear(D, vocab_size)  # W_o
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.word_dropout = cfg.word_dropout
         self.num_layers = cfg.dec_layers
         self.is_lstm = cfg.cell == "lstm"

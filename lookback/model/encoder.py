@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import ModelConfig
 from ..data.tokenizer import PAD
+from .dropout import Dropout, drop_words
 
 RNNS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -38,15 +38,6 @@ class EncoderOutput(NamedTuple):
         return EncoderOutput(*(t.index_select(0, idx) if t is not None else None for t in self))
 
 
-def drop_words(x: Tensor, p: float, training: bool) -> Tensor:
-    """Word dropout: zero whole token embeddings of x (B, T, E) with probability p, scaling the
-    rest by 1 / (1 - p) as nn.Dropout does (Gal & Ghahramani 2016; Sennrich & Zhang 2019)."""
-    if not training or not p:
-        return x
-    keep = F.dropout(x.new_ones(x.shape[:-1] + (1,)), p, training=True)  # (B, T, 1): 0 or 1 / (1 - p)
-    return x * keep
-
-
 class Encoder(nn.Module):
     def __init__(self, vocab_size: int, cfg: ModelConfig):
         super().__init__()
@@ -55,7 +46,7 @@ class Encoder(nn.Module):
             num_layers=cfg.enc_layers, batch_first=True, dropout=cfg.dropout if cfg.enc_layers > 1 else 0
         )
         self.rnn = RNNS[cfg.cell](cfg.emb_size, cfg.hidden_size, bidirectional=cfg.bidirectional, **layers)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.word_dropout = cfg.word_dropout
         self.context = cfg.context
         self.directions = 2 if cfg.bidirectional else 1

@@ -47,7 +47,8 @@ from ..config import CHECKS, Config, ModelConfig
 from ..data.tokenizer import PAD
 from .attention import ScaledDotScore, attend
 from .decoder import SOFT, DecoderOutput, DecoderState, Look
-from .encoder import EncoderOutput, drop_words
+from .dropout import Dropout, drop_words
+from .encoder import EncoderOutput
 
 Change = Callable[[Tensor, Tensor], Tensor]  # alpha, src_mask -> the weights to use instead
 
@@ -132,7 +133,7 @@ class FeedForward(nn.Sequential):
     """FFN(x) = W_2 max(0, W_1 x + b_1) + b_2, at each position alike (Vaswani et al. 3.3)."""
 
     def __init__(self, d: int, ff_size: int, dropout: float):
-        super().__init__(nn.Linear(d, ff_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff_size, d))
+        super().__init__(nn.Linear(d, ff_size), nn.ReLU(), Dropout(dropout), nn.Linear(ff_size, d))
         glorot(self[0], self[3])
 
 
@@ -143,7 +144,7 @@ class Sublayers(nn.Module):
     def __init__(self, d: int, n: int, cfg: ModelConfig):
         super().__init__()
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(n))
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.pre = cfg.norm_position == "pre"
 
     def input(self, x: Tensor, i: int) -> Tensor:
@@ -180,7 +181,7 @@ class TransformerEncoder(nn.Module):
         self.embed = nn.Embedding(vocab_size, cfg.emb_size, padding_idx=PAD)
         self.layers = nn.ModuleList(EncoderLayer(d, cfg) for _ in range(cfg.enc_layers))
         self.norm = nn.LayerNorm(d) if cfg.norm_position == "pre" else nn.Identity()  # the stack's last
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.word_dropout = cfg.word_dropout
 
     def forward(self, src: Tensor, src_len: Tensor, x: Tensor | None = None) -> EncoderOutput:
@@ -266,7 +267,7 @@ class TransformerDecoder(nn.Module):
         self.out = nn.Linear(d, vocab_size)  # W_o
         if cfg.tie_embeddings:
             self.out.weight = self.embed.weight
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.word_dropout = cfg.word_dropout
         self.cache_size = 2 * cfg.attention_size
 

@@ -27,17 +27,3 @@ def test_final_context_joins_forward_end_and_backward_start():
     # sentence 2 (length 2): forward state at its last real token, backward state at its first
     assert torch.allclose(enc.c[1, :H], enc.h[1, 1, :H], atol=1e-6)
     assert torch.allclose(enc.c[1, H:], enc.h[1, 0, H:], atol=1e-6)
-
-
-def test_word_dropout_zeroes_whole_words_in_training_only():
-    from lookback.model.encoder import drop_words
-
-    x = torch.ones(4, 50, 3)  # (B, T, E)
-    torch.manual_seed(0)
-    dropped = drop_words(x, 0.5, training=True)
-    per_word = dropped[..., 0]  # (B, T): each word is all 0 or all 2 (kept and scaled by 1 / 0.5)
-    assert torch.equal(dropped, per_word.unsqueeze(-1).expand_as(dropped))
-    assert set(per_word.unique().tolist()) == {0.0, 2.0}
-    assert 0.3 < float((per_word == 0).float().mean()) < 0.7
-    assert torch.equal(drop_words(x, 0.5, training=False), x)
-    assert torch.equal(drop_words(x, 0.0, training=True), x)
