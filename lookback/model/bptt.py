@@ -7,7 +7,9 @@ summed. On a CPU, with steps of 80 sentences, that bookkeeping cost as much as
 the arithmetic (docs/performance.md). Here the same step runs forward as a plain
 loop that keeps what the backward needs, and the backward is written out: one
 loop back over the steps for what flows from step to step, then each weight's
-gradient as one matrix product over all T steps.
+gradient as one matrix product over all T steps. As packing does for an RNN, step t runs
+only the b_t sentences whose target is longer than t (sorted by length): with random
+batches most of the T x B positions can be padding.
 
 One step, as decoder.py computes it (Luong et al. 2015 with input feeding;
 additive score, Bahdanau et al. 2015; PyTorch's GRU, gates r, z, n):
@@ -41,15 +43,18 @@ softmax, input feeding, Luong's readout without a layer norm, float32 or float64
 (and any loss that reads alpha) goes through autograd; so does `train.bptt: autograd`. The
 tests hold this to autograd's loss and gradients in float64.
 
-Legend: T target steps, B batch, S source length, E embedding size, D decoder state size,
-He encoder state size, A attention size.
+Legend: T target steps, B batch, N real target positions (the sum of b_t), S source length,
+E embedding size, D decoder state size, He encoder state size, A attention size.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import Tensor, nn
 from torch.autograd import Function
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .attention import AdditiveScore
 
@@ -85,17 +90,36 @@ def runs(decoder: nn.Module) -> bool:
     return torch.is_grad_enabled() and not torch.is_autocast_enabled(device)
 
 
-def steps(decoder: nn.Module, x: Tensor, h: Tensor, keys: Tensor, src_mask: Tensor, s0: Tensor) -> Tensor:
+def steps(
+    decoder: nn.Module,
+    x: Tensor,
+    h: Tensor,
+    keys: Tensor,
+    src_mask: Tensor,
+    s0: Tensor,
+    lengths: Tensor | None = None,
+) -> Tensor:
     """~s_t of every step in teacher forcing, (B, T, D), for the embedded previous tokens x
-    (B, T, E), encoder states h (B, S, He), keys U h (B, S, A), src_mask (B, S) and the first
-    state s_0 (B, D); the first ~s_{t-1} is zeros, as Decoder.init_state has it."""
+    (B, T, E), encoder states h (B, S, He), keys U h (B, S, A), src_mask (B, S), the first
+    state s_0 (B, D) and the target lengths (B,) (None: all T); the first ~s_{t-1} is zeros, as
+    Decoder.init_state has it, and ~s_t is zero past a sentence's length.
+
+    As packing does for an RNN, the sentences are sorted by length and step t runs only the b_t
+    still going: in a batch of 80 random sentences about half of the T x B positions are
+    padding. Their rows are stored step after step, the N real positions of the batch."""
+    B, T, _ = x.shape
+    if lengths is None:
+        lengths = torch.full((B,), T, dtype=torch.long)
+    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)  # (N, E)
+    order, sizes = packed.sorted_indices, packed.batch_sizes.tolist()  # b_t of each step
     rnn, score = decoder.rnn, decoder.score
     s_tilde = InputFeedingSteps.apply(
-        x.transpose(0, 1).contiguous(),  # (T, B, E): one step's rows together
-        s0,
-        h,
-        keys,
-        src_mask,
+        packed.data,
+        sizes,
+        s0.index_select(0, order),
+        h.index_select(0, order),
+        keys.index_select(0, order),
+        src_mask.index_select(0, order),
         rnn.weight_ih_l0,
         rnn.bias_ih_l0,
         rnn.weight_hh_l0,
@@ -103,94 +127,120 @@ def steps(decoder: nn.Module, x: Tensor, h: Tensor, keys: Tensor, src_mask: Tens
         score.W.weight,
         score.v.weight.view(-1),
         decoder.combine.weight,
-    )
-    return s_tilde.transpose(0, 1)  # (T, B, D) -> (B, T, D)
+    )  # (N, D), step after step
+    s_tilde, _ = pad_packed_sequence(packed._replace(data=s_tilde), batch_first=True, total_length=T)
+    return s_tilde  # (B, T, D), zeros past each length
 
 
-def rows(y: Tensor) -> Tensor:
-    """(T, B, n) -> (T B, n): every step's rows, for one product over all steps."""
-    return y.reshape(-1, y.size(-1))
+def starts(sizes: list[int]) -> list[int]:
+    """Where each step's rows begin among the N packed rows: 0, b_0, b_0 + b_1, ..."""
+    return [0, *itertools.accumulate(sizes)][:-1]
 
 
 class InputFeedingSteps(Function):
-    """The T steps forward, keeping what the backward reads; the backward of all of them."""
+    """The T steps forward, keeping what the backward reads; the backward of all of them.
+
+    Rows are packed: step t's b_t rows (the b_t longest sentences, sorted) are rows o_t .. o_t +
+    b_t of every per-step tensor, N rows in all. States live in buffers of B + N rows whose
+    first B are the step-0 inputs (s_0, and ~s_0 = 0): the previous state of step t's rows is a
+    prefix of step t - 1's (or of the first B), `before(t)` below."""
 
     @staticmethod
-    def forward(ctx, x, s0, h, keys, src_mask, W_ih, b_ih, W_hh, b_hh, W, v, W_c):
-        T, B, E = x.shape
-        D, (S, He), A = s0.size(1), h.shape[1:], keys.size(2)
+    def forward(ctx, x, sizes, s0, h, keys, src_mask, W_ih, b_ih, W_hh, b_hh, W, v, W_c):
+        N, E = x.shape
+        B, D, (S, He), A = s0.size(0), s0.size(1), h.shape[1:], keys.size(2)
+        o = starts(sizes)
         W_ix, W_if = W_ih[:, :E], W_ih[:, E:]  # the columns that read y_{t-1} and ~s_{t-1}
-        gx = torch.addmm(b_ih, x.view(T * B, E), W_ix.t()).view(T, B, 3 * D)  # W_ix y + b_i, all T at once
+        gx = torch.addmm(b_ih, x, W_ix.t())  # (N, 3D): W_ix y + b_i, all steps at once
         keys2, W2, v2 = 2 * keys, 2 * W, 2 * v  # tanh(x) = 2 sigmoid(2x) - 1, the 2s on the small tensors
         padding = ~src_mask
-        s = x.new_empty(T + 1, B, D)  # s[t]: s_{t-1}; s[0] = s_0
-        s[0] = s0
-        s_tilde = x.new_zeros(T + 1, B, D)  # s_tilde[t]: ~s_{t-1}; ~s_0 = 0
-        gh = x.new_empty(T, B, 3 * D)  # W_hh s_{t-1} + b_h
-        rz = x.new_empty(T, B, 2 * D)  # r and z side by side
-        n = x.new_empty(T, B, D)
-        a = x.new_empty(T, B, S, A)  # sigmoid(2 (W s_t + U h)) = (1 + tanh) / 2
-        alpha = x.new_empty(T, B, S)
-        sc = x.new_empty(T, B, D + He)  # [s_t; c_t]
-        for t in range(T):
-            gi = torch.addmm(gx[t], s_tilde[t], W_if.t())  # (B, 3D)
-            torch.addmm(b_hh, s[t], W_hh.t(), out=gh[t])
-            torch.add(gi[:, : 2 * D], gh[t, :, : 2 * D], out=rz[t]).sigmoid_()
-            r, z = rz[t, :, :D], rz[t, :, D:]
-            torch.addcmul(gi[:, 2 * D :], r, gh[t, :, 2 * D :], out=n[t]).tanh_()
-            torch.lerp(n[t], s[t], z, out=s[t + 1])  # (1 - z) n + z s_{t-1}
-            q2 = s[t + 1] @ W2.t()  # (B, A)
-            torch.add(keys2, q2.unsqueeze(1), out=a[t]).sigmoid_()  # (B, S, A)
-            e = (a[t].view(B * S, A) @ v2).view(B, S).sub_(v.sum())  # v . tanh(W s + U h)
-            alpha[t] = torch.softmax(e.masked_fill_(padding, float("-inf")), -1)
-            sc[t, :, :D] = s[t + 1]
-            sc[t, :, D:] = torch.bmm(alpha[t].unsqueeze(1), h).squeeze(1)  # c_t (B, He)
-            torch.mm(sc[t], W_c.t(), out=s_tilde[t + 1]).tanh_()
+        s = x.new_empty(B + N, D)  # s_0, then s_t of each step's rows
+        s[:B] = s0
+        s_tilde = x.new_empty(B + N, D)  # ~s_0 = 0, then ~s_t
+        s_tilde[:B] = 0
+        gh = x.new_empty(N, 3 * D)  # W_hh s_{t-1} + b_h
+        rz = x.new_empty(N, 2 * D)  # r and z side by side
+        n = x.new_empty(N, D)
+        a = x.new_empty(N, S, A)  # sigmoid(2 (W s_t + U h)) = (1 + tanh) / 2
+        alpha = x.new_empty(N, S)
+        sc = x.new_empty(N, D + He)  # [s_t; c_t]
+        for t, b in enumerate(sizes):
+            now, out, prev = slice(o[t], o[t] + b), slice(B + o[t], B + o[t] + b), before(t, b, o, B)
+            gi = torch.addmm(gx[now], s_tilde[prev], W_if.t())  # (b, 3D)
+            torch.addmm(b_hh, s[prev], W_hh.t(), out=gh[now])
+            torch.add(gi[:, : 2 * D], gh[now, : 2 * D], out=rz[now]).sigmoid_()
+            r, z = rz[now, :D], rz[now, D:]
+            torch.addcmul(gi[:, 2 * D :], r, gh[now, 2 * D :], out=n[now]).tanh_()
+            torch.lerp(n[now], s[prev], z, out=s[out])  # (1 - z) n + z s_{t-1}
+            q2 = s[out] @ W2.t()  # (b, A)
+            torch.add(keys2[:b], q2.unsqueeze(1), out=a[now]).sigmoid_()  # (b, S, A)
+            e = (a[now].view(b * S, A) @ v2).view(b, S).sub_(v.sum())  # v . tanh(W s + U h)
+            alpha[now] = torch.softmax(e.masked_fill_(padding[:b], float("-inf")), -1)
+            sc[now, :D] = s[out]
+            sc[now, D:] = torch.bmm(alpha[now].unsqueeze(1), h[:b]).squeeze(1)  # c_t (b, He)
+            torch.mm(sc[now], W_c.t(), out=s_tilde[out]).tanh_()
         ctx.save_for_backward(x, h, W_ih, W_hh, W2, v2, W_c, s, s_tilde, gh, rz, n, a, alpha, sc)
-        return s_tilde[1:]
+        ctx.sizes = sizes
+        return s_tilde[B:]
 
     @staticmethod
     def backward(ctx, d_s_tilde):
         x, h, W_ih, W_hh, W2, v2, W_c, s, s_tilde, gh, rz, n, a, alpha, sc = ctx.saved_tensors
-        T, B, E = x.shape
-        D, A = s.size(2), a.size(3)
+        sizes = ctx.sizes
+        (N, E), B, T = x.shape, h.size(0), len(sizes)
+        D, (S, He), A = s.size(1), h.shape[1:], a.size(2)
+        o = starts(sizes)
         W_ix, W_if = W_ih[:, :E], W_ih[:, E:]
-        d_gi = x.new_empty(T, B, 3 * D)  # dJ/d(W_ih x_t + b_ih)
-        d_gh = x.new_empty(T, B, 3 * D)  # dJ/d(W_hh s_{t-1} + b_hh)
-        d_u = x.new_empty(T, B, D)  # dJ/d(W_c [s_t; c_t])
-        d_q2 = x.new_empty(T, B, A)  # dJ/d(2 W s_t)
-        d_e = x.new_empty(T, B, S := h.size(1))
-        d_c = x.new_empty(T, B, h.size(2))
+        d_gi = x.new_empty(N, 3 * D)  # dJ/d(W_ih x_t + b_ih)
+        d_gh = x.new_empty(N, 3 * D)  # dJ/d(W_hh s_{t-1} + b_hh)
+        d_u = x.new_empty(N, D)  # dJ/d(W_c [s_t; c_t])
+        d_q2 = x.new_empty(N, A)  # dJ/d(2 W s_t)
+        d_e = x.new_empty(N, S)
+        d_c = x.new_empty(N, He)
         d_keys2 = x.new_zeros(B, S, A)
-        d_s = x.new_zeros(B, D)  # dJ/ds_t from step t + 1
+        d_s = x.new_zeros(B, D)  # dJ/ds_t from step t + 1; zero for rows whose sentence has ended
         d_feed = x.new_zeros(B, D)  # dJ/d~s_t from step t + 1
         for t in reversed(range(T)):
-            tanh_backward(d_s_tilde[t] + d_feed, s_tilde[t + 1], grad_input=d_u[t])
-            d_sc = d_u[t] @ W_c  # (B, D + He)
-            d_s = d_s + d_sc[:, :D]
-            d_c[t] = d_sc[:, D:]
-            d_alpha = torch.bmm(d_c[t].unsqueeze(1), h.transpose(1, 2)).squeeze(1)  # (B, S); as a row:
-            # (B, 1, He) x (B, He, S), where h (B, S, He) x (B, He, 1) ran 9x slower (MKL, 2 cores)
-            torch.mul(alpha[t], d_alpha - (alpha[t] * d_alpha).sum(-1, keepdim=True), out=d_e[t])
-            d_pre2 = sigmoid_backward(d_e[t].unsqueeze(2) * v2, a[t])  # (B, S, A)
-            d_keys2 += d_pre2
-            torch.sum(d_pre2, 1, out=d_q2[t])
-            d_s.addmm_(d_q2[t], W2)
-            r, z = rz[t, :, :D], rz[t, :, D:]
-            d_n = tanh_backward(d_s * (1 - z), n[t])  # dJ/d(W_in x + b_in + r * (W_hn s + b_hn))
-            d_rz = torch.cat([d_n * gh[t, :, 2 * D :], d_s * (s[t] - n[t])], 1)  # dJ/dr, dJ/dz
-            sigmoid_backward(d_rz, rz[t], grad_input=d_gi[t, :, : 2 * D])
-            d_gi[t, :, 2 * D :] = d_n
-            d_gh[t, :, : 2 * D] = d_gi[t, :, : 2 * D]
-            torch.mul(d_n, r, out=d_gh[t, :, 2 * D :])
-            d_s = torch.addmm(d_s * z, d_gh[t], W_hh)  # dJ/ds_{t-1}
-            d_feed = d_gi[t] @ W_if  # dJ/d~s_{t-1}
-        d_x = (rows(d_gi) @ W_ix).view(T, B, E)
-        d_W_ih = torch.cat([rows(d_gi).t() @ rows(x), rows(d_gi).t() @ rows(s_tilde[:-1])], 1)
-        d_W_hh = rows(d_gh).t() @ rows(s[:-1])
-        d_W = 2 * (rows(d_q2).t() @ rows(s[1:]))
-        d_v = 2 * (rows(a).t() @ d_e.view(-1))
-        d_W_c = rows(d_u).t() @ rows(sc)
-        d_h = torch.bmm(alpha.permute(1, 2, 0), d_c.transpose(0, 1))  # sum_t alpha_t dc_t: (B, S, He)
-        d_b_ih, d_b_hh = rows(d_gi).sum(0), rows(d_gh).sum(0)
-        return d_x, d_s, d_h, 2 * d_keys2, None, d_W_ih, d_b_ih, d_W_hh, d_b_hh, d_W, d_v, d_W_c
+            b = sizes[t]
+            now, out, prev = slice(o[t], o[t] + b), slice(B + o[t], B + o[t] + b), before(t, b, o, B)
+            tanh_backward(d_s_tilde[now] + d_feed[:b], s_tilde[out], grad_input=d_u[now])
+            d_sc = d_u[now] @ W_c  # (b, D + He)
+            ds = d_s[:b] + d_sc[:, :D]
+            d_c[now] = d_sc[:, D:]
+            d_alpha = torch.bmm(d_c[now].unsqueeze(1), h[:b].transpose(1, 2)).squeeze(1)  # (b, S); as a row:
+            # (b, 1, He) x (b, He, S), where h (b, S, He) x (b, He, 1) ran 9x slower (MKL, 2 cores)
+            torch.mul(alpha[now], d_alpha - (alpha[now] * d_alpha).sum(-1, keepdim=True), out=d_e[now])
+            d_pre2 = sigmoid_backward(d_e[now].unsqueeze(2) * v2, a[now])  # (b, S, A)
+            d_keys2[:b] += d_pre2
+            torch.sum(d_pre2, 1, out=d_q2[now])
+            ds.addmm_(d_q2[now], W2)
+            r, z = rz[now, :D], rz[now, D:]
+            d_n = tanh_backward(ds * (1 - z), n[now])  # dJ/d(W_in x + b_in + r * (W_hn s + b_hn))
+            d_rz = torch.cat([d_n * gh[now, 2 * D :], ds * (s[prev] - n[now])], 1)  # dJ/dr, dJ/dz
+            sigmoid_backward(d_rz, rz[now], grad_input=d_gi[now, : 2 * D])
+            d_gi[now, 2 * D :] = d_n
+            d_gh[now, : 2 * D] = d_gi[now, : 2 * D]
+            torch.mul(d_n, r, out=d_gh[now, 2 * D :])
+            torch.addmm(ds * z, d_gh[now], W_hh, out=d_s[:b])  # dJ/ds_{t-1}
+            torch.mm(d_gi[now], W_if, out=d_feed[:b])  # dJ/d~s_{t-1}
+        previous = torch.cat([torch.arange(B + N)[before(t, b, o, B)] for t, b in enumerate(sizes)])  # (N,)
+        s_prev, s_tilde_prev = s.index_select(0, previous), s_tilde.index_select(0, previous)  # (N, D)
+        d_x = d_gi @ W_ix
+        d_W_ih = torch.cat([d_gi.t() @ x, d_gi.t() @ s_tilde_prev], 1)
+        d_W_hh = d_gh.t() @ s_prev
+        d_W = 2 * (d_q2.t() @ s[B:])
+        d_v = 2 * (a.view(N * S, A).t() @ d_e.view(-1))
+        d_W_c = d_u.t() @ sc
+        # dJ/dh = sum_t alpha_t dc_t per sentence, as one product over the padded steps: (B, S, He)
+        where = torch.cat([torch.arange(b) * T + t for t, b in enumerate(sizes)])  # packed row -> b T + t
+        alpha_bt = x.new_zeros(B * T, S).index_copy_(0, where, alpha).view(B, T, S)
+        d_c_bt = x.new_zeros(B * T, He).index_copy_(0, where, d_c).view(B, T, He)
+        d_h = torch.bmm(alpha_bt.transpose(1, 2), d_c_bt)
+        d_b_ih, d_b_hh = d_gi.sum(0), d_gh.sum(0)
+        return d_x, None, d_s, d_h, 2 * d_keys2, None, d_W_ih, d_b_ih, d_W_hh, d_b_hh, d_W, d_v, d_W_c
+
+
+def before(t: int, b: int, o: list[int], B: int) -> slice:
+    """The rows of s and ~s (B + N rows: the step-0 inputs, then each step's) that step t's b rows
+    read as s_{t-1} and ~s_{t-1}: the first b of the step-0 inputs, or of step t - 1's rows."""
+    return slice(0, b) if t == 0 else slice(B + o[t - 1], B + o[t - 1] + b)

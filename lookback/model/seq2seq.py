@@ -95,7 +95,7 @@ class Seq2Seq(nn.Module):
         plain = not (guide or coverage or stepwise) and teacher_forcing == 1  # nothing reads alpha
         if written and plain and bptt.runs(self.decoder):  # the same loss, backward written out
             x = self.decoder.embed_inputs(tgt_in)  # (B, T, E)
-            s_tilde = bptt.steps(self.decoder, x, enc.h, enc.keys, enc.src_mask, state.top())  # (B, T, D)
+            s_tilde = bptt.steps(self.decoder, x, enc.h, enc.keys, enc.src_mask, state.top(), real.sum(1))
             logits = self.decoder.project(s_tilde[real])  # (N, D) -> (N, V)
         elif teacher_forcing < 1 and stepwise:
             out = sampled_forward(self.decoder, tgt_in, enc, state, teacher_forcing)

@@ -66,6 +66,33 @@ def test_source_padding_gets_no_weight_and_no_gradient():
     assert (h.grad[~padding].abs().sum(-1) > 0).all() and (keys.grad[~padding].abs().sum(-1) > 0).all()
 
 
+def test_each_step_runs_only_the_sentences_still_going(monkeypatch):
+    """Sorted by target length, step t runs the b_t sentences longer than t: the same ~s_t at every
+    real position as stepping all of them through T, zeros past each length, and the same gradients
+    of a loss that reads the real positions only."""
+    model, b = covered_model(), collate(PAIRS)
+    enc = model.encode(b.src, b.src_len)
+    lengths = (b.tgt_out != 0).sum(1)
+    assert lengths.tolist() == [4, 6, 2]
+    seen = []
+    apply = bptt.InputFeedingSteps.apply
+    monkeypatch.setattr(bptt.InputFeedingSteps, "apply", lambda *a: seen.append(a[1]) or apply(*a))
+    x = model.decoder.embed_inputs(b.tgt_in).detach()  # dropout's mask drawn once for both
+    s0 = model.decoder.init_state(enc).top().detach()
+    out = {}
+    for name, given in (("all", None), ("packed", lengths)):
+        h = enc.h.detach().requires_grad_()
+        s_tilde = bptt.steps(model.decoder, x, h, enc.keys.detach(), enc.src_mask, s0, given)
+        real = torch.arange(6) < lengths.unsqueeze(1)  # (B, T)
+        (s_tilde[real] ** 2).sum().backward()
+        out[name] = s_tilde.detach(), real, h.grad
+    assert seen == [[3] * 6, [3, 3, 2, 2, 1, 1]]  # b_t: all three; then the three, two, one longest
+    (full, real, g_full), (packed, _, g_packed) = out["all"], out["packed"]
+    torch.testing.assert_close(packed[real], full[real], rtol=1e-12, atol=1e-12)
+    assert (packed[~real] == 0).all()
+    torch.testing.assert_close(g_packed, g_full, rtol=1e-10, atol=1e-12)
+
+
 def test_in_float32_it_is_autograd_within_rounding():
     model = covered_model(torch.float32)
     J_ref, ref = loss_and_grads(model, LossTerms())
