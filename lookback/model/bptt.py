@@ -54,7 +54,7 @@ import itertools
 import torch
 from torch import Tensor, nn
 from torch.autograd import Function
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .attention import AdditiveScore
 
@@ -244,3 +244,110 @@ def before(t: int, b: int, o: list[int], B: int) -> slice:
     """The rows of s and ~s (B + N rows: the step-0 inputs, then each step's) that step t's b rows
     read as s_{t-1} and ~s_{t-1}: the first b of the step-0 inputs, or of step t - 1's rows."""
     return slice(0, b) if t == 0 else slice(B + o[t - 1], B + o[t - 1] + b)
+
+
+def reads(rnn: nn.Module) -> bool:
+    """Whether `gru` can run this encoder RNN now: a one-layer GRU with biases, in float32 or float64
+    on a CPU, with gradients on, outside autocast. Elsewhere nn.GRU runs (cuDNN's kernels on a GPU)."""
+    w = getattr(rnn, "weight_hh_l0", None)
+    return (
+        isinstance(rnn, nn.GRU)
+        and rnn.num_layers == 1
+        and rnn.bias
+        and w.dtype in (torch.float32, torch.float64)
+        and w.device.type == "cpu"
+        and torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def gru(rnn: nn.GRU, packed: PackedSequence) -> tuple[PackedSequence, Tensor]:
+    """nn.GRU's (output, h_n) for packed input and a zero first state, one or both directions,
+    with the recurrence's backward written out (`GRUSteps`).
+
+    nn.GRU on a CPU steps each direction apart, and autograd records every operator of every
+    step and makes the recurrent weights' gradient once per step. Here every input product
+    W_i x of both directions is one matrix product; the backward direction reads each sentence
+    from its end (its rows taken in reverse within each length, `flip`), so that both
+    directions step over the same b_t rows and run as one batched product per step."""
+    x, sizes = packed.data, packed.batch_sizes.tolist()  # (N, I); b_t
+    K, D = 1 + rnn.bidirectional, rnn.hidden_size
+    names = [f"l0{'_reverse' * k}" for k in range(K)]
+    W_ih = torch.cat([getattr(rnn, f"weight_ih_{k}") for k in names])  # (K 3D, I)
+    b_ih = torch.cat([getattr(rnn, f"bias_ih_{k}") for k in names])
+    W_hh = torch.stack([getattr(rnn, f"weight_hh_{k}") for k in names])  # (K, 3D, D)
+    b_hh = torch.stack([getattr(rnn, f"bias_hh_{k}") for k in names]).unsqueeze(1)  # (K, 1, 3D)
+    gi = torch.addmm(b_ih, x, W_ih.t()).view(-1, K, 3 * D)  # (N, K, 3D): W_i x + b_i, every step at once
+    o, B = torch.tensor(starts(sizes)), sizes[0]
+    lengths = (packed.batch_sizes.unsqueeze(0) > torch.arange(B).unsqueeze(1)).sum(1)  # (B,), sorted
+    flip = rows_flipped(sizes, lengths, o) if K == 2 else None
+    gi = torch.stack([gi[:, 0], gi[:, 1].index_select(0, flip)]) if K == 2 else gi.transpose(0, 1)
+    hs = GRUSteps.apply(gi, sizes, W_hh, b_hh)  # (K, N, D)
+    out = torch.cat([hs[0], hs[1].index_select(0, flip)], 1) if K == 2 else hs[0]  # (N, K D)
+    last = hs[:, o[lengths - 1] + torch.arange(B)]  # (K, B, D): each sentence's last step, sorted
+    return packed._replace(data=out), last.index_select(1, packed.unsorted_indices)
+
+
+def rows_flipped(sizes: list[int], lengths: Tensor, o: Tensor) -> Tensor:
+    """For each packed row (step t of sentence i) the row of step L_i - 1 - t of the same sentence:
+    the sentence read from its end. Its own inverse."""
+    step = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))  # (N,)
+    i = torch.arange(len(step)) - o[step]
+    return o[lengths[i] - 1 - step] + i
+
+
+class GRUSteps(Function):
+    """h_t of K directions over packed rows: gi (K, N, 3D) the input products, W_hh (K, 3D, D),
+    b_hh (K, 1, 3D), h_0 = 0 -> (K, N, D). PyTorch's GRU cell (gates r, z, n):
+
+        r, z = sigmoid(W_i{r,z} x_t + b_i{r,z} + W_h{r,z} h_{t-1} + b_h{r,z})
+        n    = tanh(W_in x_t + b_in + r * (W_hn h_{t-1} + b_hn))
+        h_t  = (1 - z) * n + z * h_{t-1}
+
+    Backward: one loop back over the steps for dJ/dh_{t-1}, then W_hh's gradient as one product
+    over all N rows of each direction."""
+
+    @staticmethod
+    def forward(ctx, gi, sizes, W_hh, b_hh):
+        K, N, G = gi.shape
+        D, B, o = G // 3, sizes[0], starts(sizes)
+        h = gi.new_empty(K, B + N, D)  # h_0 = 0 for the first B rows, then each step's
+        h[:, :B] = 0
+        rz = gi.new_empty(K, N, 2 * D)
+        n = gi.new_empty(K, N, D)
+        ghn = gi.new_empty(K, N, D)  # W_hn h_{t-1} + b_hn
+        W_t = W_hh.transpose(1, 2)
+        for t, b in enumerate(sizes):
+            now, out, prev = slice(o[t], o[t] + b), slice(B + o[t], B + o[t] + b), before(t, b, o, B)
+            gh = torch.baddbmm(b_hh, h[:, prev], W_t)  # (K, b, 3D): both directions in one call
+            torch.add(gi[:, now, : 2 * D], gh[..., : 2 * D], out=rz[:, now]).sigmoid_()
+            ghn[:, now] = gh[..., 2 * D :]
+            torch.addcmul(gi[:, now, 2 * D :], rz[:, now, :D], ghn[:, now], out=n[:, now]).tanh_()
+            torch.lerp(n[:, now], h[:, prev], rz[:, now, D:], out=h[:, out])  # (1 - z) n + z h_{t-1}
+        ctx.save_for_backward(W_hh, h, rz, n, ghn)
+        ctx.sizes = sizes
+        return h[:, B:]
+
+    @staticmethod
+    def backward(ctx, d_hs):
+        W_hh, h, rz, n, ghn = ctx.saved_tensors
+        sizes = ctx.sizes
+        (K, N, D), B, o = n.shape, sizes[0], starts(sizes)
+        d_gi = n.new_empty(K, N, 3 * D)  # dJ/d(W_i x_t + b_i)
+        d_gh = n.new_empty(K, N, 3 * D)  # dJ/d(W_h h_{t-1} + b_h)
+        d_h = n.new_zeros(K, B, D)  # dJ/dh_t from step t + 1; zero for sentences that have ended
+        for t in reversed(range(len(sizes))):
+            b = sizes[t]
+            now, prev = slice(o[t], o[t] + b), before(t, b, o, B)
+            g = d_hs[:, now] + d_h[:, :b]
+            r, z = rz[:, now, :D], rz[:, now, D:]
+            d_n = tanh_backward(g * (1 - z), n[:, now])
+            d_rz = torch.cat([d_n * ghn[:, now], g * (h[:, prev] - n[:, now])], -1)  # dJ/dr, dJ/dz
+            sigmoid_backward(d_rz, rz[:, now], grad_input=d_gi[:, now, : 2 * D])
+            d_gi[:, now, 2 * D :] = d_n
+            d_gh[:, now, : 2 * D] = d_gi[:, now, : 2 * D]
+            torch.mul(d_n, r, out=d_gh[:, now, 2 * D :])
+            torch.baddbmm(g * z, d_gh[:, now], W_hh, out=d_h[:, :b])  # dJ/dh_{t-1}
+        previous = torch.cat([torch.arange(B + N)[before(t, b, o, B)] for t, b in enumerate(sizes)])
+        d_W_hh = torch.bmm(d_gh.transpose(1, 2), h.index_select(1, previous))  # (K, 3D, D)
+        return d_gi, None, d_W_hh, d_gh.sum(1, keepdim=True)

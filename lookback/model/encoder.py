@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..config import ModelConfig
 from ..data.tokenizer import PAD
+from . import bptt
 from .dropout import Dropout, drop_words
 
 RNNS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
@@ -53,16 +54,19 @@ class Encoder(nn.Module):
         self.out_size = cfg.enc_out_size
         self.norm = nn.LayerNorm(self.out_size) if cfg.layer_norm else nn.Identity()  # model.layer_norm
 
-    def forward(self, src: Tensor, src_len: Tensor, x: Tensor | None = None) -> EncoderOutput:
+    def forward(
+        self, src: Tensor, src_len: Tensor, x: Tensor | None = None, written: bool = False
+    ) -> EncoderOutput:
         """Read a padded batch src (B, S) whose true lengths are src_len (B,). `x` (B, S, E), when
-        given, stands in for the embeddings of src (attribution.py differentiates through it)."""
+        given, stands in for the embeddings of src (attribution.py differentiates through it).
+        `written`: a GRU it covers runs with its backward written out (bptt.gru), the same maths."""
         B, S = src.shape
         src_mask = src != PAD
         x = self.embed(src) if x is None else x  # (B, S) -> (B, S, E)
         x = self.dropout(drop_words(x, self.word_dropout, self.training))
         # Packing makes each direction start and stop at the sentence's real ends.
         packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
-        out, last = self.rnn(packed)
+        out, last = bptt.gru(self.rnn, packed) if written and bptt.reads(self.rnn) else self.rnn(packed)
         h, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, He)
         h = self.norm(h)  # model.layer_norm: each h_i to mean 0, variance 1, then a gain and a bias
         if isinstance(last, tuple):  # LSTM: (hidden, memory cell)

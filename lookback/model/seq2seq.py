@@ -63,9 +63,10 @@ class Seq2Seq(nn.Module):
         self.encoder = ENCODERS[cfg.encoder](src_vocab, cfg)
         self.decoder = DECODERS[cfg.decoder](tgt_vocab, self.encoder.out_size, cfg)
 
-    def encode(self, src: Tensor, src_len: Tensor) -> EncoderOutput:
-        """Encoder states, fixed context and precomputed attention keys for src (B, S)."""
-        return self.decoder.prepare(self.encoder(src, src_len))
+    def encode(self, src: Tensor, src_len: Tensor, written: bool = False) -> EncoderOutput:
+        """Encoder states, fixed context and precomputed attention keys for src (B, S); `written`:
+        an RNN encoder's recurrence differentiated by bptt.py where it covers it."""
+        return self.decoder.prepare(self.encoder(src, src_len, written=written))
 
     def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, look: Look = SOFT) -> DecoderOutput:
         """Teacher forcing: tgt_in (B, T) is <s> y*_1 .. y*_{T-1}; logits are (B, T, V); attention
@@ -89,7 +90,7 @@ class Seq2Seq(nn.Module):
         of the cost, and a batch of sentences is often half padding.
         """
         label_smoothing, guide, coverage, teacher_forcing, stepwise, written = terms
-        enc = self.encode(src, src_len)
+        enc = self.encode(src, src_len, written)
         state = self.decoder.init_state(enc)
         real = tgt_out != PAD  # (B, T)
         plain = not (guide or coverage or stepwise) and teacher_forcing == 1  # nothing reads alpha

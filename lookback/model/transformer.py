@@ -184,10 +184,13 @@ class TransformerEncoder(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.word_dropout = cfg.word_dropout
 
-    def forward(self, src: Tensor, src_len: Tensor, x: Tensor | None = None) -> EncoderOutput:
+    def forward(
+        self, src: Tensor, src_len: Tensor, x: Tensor | None = None, written: bool = False
+    ) -> EncoderOutput:
         """Read a padded batch src (B, S) whose true lengths are src_len (B,). `x` (B, S, E), when
         given, stands in for the embeddings of src (attribution.py differentiates through it).
-        The fixed context c, which only an RNN decoder reads (its s_0), is the mean of the real h."""
+        The fixed context c, which only an RNN decoder reads (its s_0), is the mean of the real h.
+        `written` changes nothing: there is no recurrence to write out."""
         S, d = src.size(1), self.out_size
         src_mask = src != PAD
         x = (self.embed(src) if x is None else x) * math.sqrt(d)  # (B, S, d)
