@@ -17,7 +17,9 @@
    peak. `--like-for-like WORK` trains the headline's like-for-like model instead (Joey NMT's
    architecture with input feeding, `python -m bench headline --configs feed`, its data
    prepared in WORK from $LOOKBACK_MULTI30K): a decoder that steps one target position at a
-   time, where the main job's runs all positions at once.
+   time, where the main job's runs all positions at once. `--headline-batches` gives it the
+   headline's batches too (80 random pairs each, unsorted, half of their target positions
+   padding), where by default it batches as lookback does (by length, little padding).
 3. **Decoding.** The run's best weights (`--run`, the main job's run by default; left out when
    it does not exist) translate the first `--sentences` validation sentences, greedy and beam
    5, batch 64, in fp32: sentences/s, FLOPs counted on the same call, the fraction of peak.
@@ -352,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="WORK",
         help="train the headline's like-for-like model (Joey's, input feeding) on data prepared in WORK",
     )
+    ap.add_argument(
+        "--headline-batches",
+        action="store_true",
+        help="with --like-for-like: the headline's batches too (80 random pairs), not lookback's by length",
+    )
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key (repeatable)")  # fmt: skip
     ap.add_argument("--run", default=RUN, help=f"a trained run to decode with (default {RUN})")
@@ -360,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="square GEMM sizes")
     args = ap.parse_args(argv)
+    if args.headline_batches and not args.like_for_like:
+        ap.error("--headline-batches goes with --like-for-like WORK")
     for name, value in (("--updates", args.updates), ("--sentences", args.sentences)):
         if value < 1:
             ap.error(f"{name} must be at least 1, not {value}")
@@ -389,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
             args.config = str(like_for_like(args.like_for_like, Path(tmp)))
             result["config"] = "like for like (python -m bench headline --configs feed)"
         trainer = trainer_for(args.config, Path(tmp) / "run", torch.get_num_threads(), args.sets)
+        if args.headline_batches:
+            trainer.plan = headline_batches(trainer.plan)
+            result["config"] += ", the headline's batches"
         train = training(trainer, args.updates)
         train["fraction_of_fp32_peak"] = fraction(train["achieved_gflops"], peak["fp32_peak_gflops"])
         # the same update's matrix products at the measured peak: the floor these kernels allow
@@ -438,6 +450,19 @@ def like_for_like(work: Path, tmp: Path) -> Path:
     path = tmp / "like_for_like.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return path
+
+
+def headline_batches(plan):
+    """`plan` with the headline's batches (bench/common.py, as bench/lookback_run.py gives them):
+    each epoch a seeded permutation of the pairs cut into batch_sentences pairs, unsorted, where
+    lookback's own plan gathers sentences of one length. Joey NMT trains on these."""
+    import dataclasses
+
+    from . import settings
+    from .common import epoch_batches
+
+    n, size, seed = len(plan.pairs), settings.TRAIN["batch_sentences"], settings.TRAIN["seed"]
+    return dataclasses.replace(plan, epoch_batches=lambda epoch: epoch_batches(n, size, seed, epoch))
 
 
 def decode(args, peak: dict[str, Any], say) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """python -m bench written-out-gru: a GRU whose backward through time is written out, timed
 against PyTorch's own at the main job's shapes, on this CPU (issue 39: the recurrence's small
 products batched). It lost, so lookback trains with nn.GRU; the experiment stays to be re-run.
+Then the encoder's bidirectional GRU alone, nn.GRU against lookback's own (lookback/model/
+bptt.py), which steps both directions in one batched product over the packed rows.
 On a 2-core Zen 5 EPYC it took 1.09-1.13 times nn.GRU's time (results/bench/
 2026-11-28_written_out_gru_zen5*.json): the per-step products of about 70 rows are the time
 there, not autograd's bookkeeping, and batching the weights' gradient saves too little.
@@ -185,6 +187,35 @@ def measure(
     return round(median_call_seconds(update, calls=10, repeats=repeats, warmup=5) * 1000, 3)
 
 
+def measure_encoder(written: bool, lengths: Tensor, E: int = 256, H: int = 256, repeats: int = 7) -> float:
+    """Milliseconds for the encoder's bidirectional GRU alone, forward and backward, on packed
+    sentences of these lengths: nn.GRU, or with `written` lookback's own (lookback/model/bptt.py:
+    both directions in one batched product per step, over the packed rows)."""
+    from lookback.model import bptt
+
+    torch.manual_seed(0)
+    rnn = nn.GRU(E, H, bidirectional=True, batch_first=True)
+    x = torch.randn(len(lengths), int(lengths.max()), E, requires_grad=True)
+
+    def update():
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, last = bptt.gru(rnn, packed) if written else rnn(packed)
+        (out.data.sum() + last.sum()).backward()
+
+    return round(median_call_seconds(update, calls=10, repeats=repeats, warmup=5) * 1000, 3)
+
+
+# Source lengths of two batches: lookback's own (sentences of one length, here 123 of 14-16
+# pieces) and the headline's like-for-like batches (80 random pairs: 15.5 pieces on average,
+# the longest 32 in a typical batch; uniform 5-26 with one of 32 stands in for them).
+BATCHES = {
+    "by length, 123 x 14-16": lambda g: torch.randint(14, 17, (123,), generator=g),
+    "headline, 80 random": lambda g: torch.cat(
+        [torch.tensor([32]), torch.randint(5, 27, (79,), generator=g)]
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench written-out-gru", description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--out", type=Path, default=Path("results/bench/written_out_gru.json"))
@@ -199,7 +230,16 @@ def main(argv: list[str] | None = None) -> int:
             ms["nn.GRU"].append(measure(nn.GRU, repeats=args.repeats))
             ms["written out"].append(measure(GRU, repeats=args.repeats))
         speedup = round(min(ms["nn.GRU"]) / min(ms["written out"]), 3)
-        results.append({"threads": threads, "ms_per_update": ms, "speedup": speedup})
+        encoder = {}
+        for name, draw in BATCHES.items():
+            lengths = draw(torch.Generator().manual_seed(0))
+            e = {"nn.GRU": [], "lookback": []}
+            for _ in range(2):  # alternating, twice
+                e["nn.GRU"].append(measure_encoder(False, lengths, repeats=args.repeats))
+                e["lookback"].append(measure_encoder(True, lengths, repeats=args.repeats))
+            encoder[name] = {"ms": e, "speedup": round(min(e["nn.GRU"]) / min(e["lookback"]), 3)}
+            print(f"threads {threads}, encoder, {name}: nn.GRU {e['nn.GRU']} ms, lookback {e['lookback']} ms")
+        results.append({"threads": threads, "ms_per_update": ms, "speedup": speedup, "encoder": encoder})
         print(f"threads {threads}: nn.GRU {ms['nn.GRU']} ms, written out {ms['written out']} ms: {speedup}x")
     record = machine_record("bench.written_out_gru", argv, results=results)
     write_json(args.out, record)

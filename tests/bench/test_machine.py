@@ -3,6 +3,7 @@ the command end to end on a tiny model (its figures mean nothing; their presence
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -174,6 +175,27 @@ def test_like_for_like_trains_the_headlines_model_stepping_one_position_at_a_tim
     assert train["decoder_steps_per_update"] >= 2  # the toy targets' padded length
     floor = train["fraction_of_fp32_peak"] * train["seconds_per_update"]
     assert train["products_seconds_per_update_at_peak"] == pytest.approx(floor, rel=0.05, abs=1e-4)
+
+
+def test_headline_batches_are_the_headlines_and_need_like_for_like(tmp_path, capsys):
+    """--headline-batches: each epoch the seeded permutation of the pairs cut into 80, as the
+    headline gives both systems (bench/common.py), in place of the plan's own batches."""
+    from bench import common, settings
+
+    @dataclasses.dataclass
+    class Plan:  # what headline_batches reads and replaces of lookback's UpdatePlan
+        pairs: list
+        epoch_batches: object
+
+    plan = machine.headline_batches(Plan(list(range(200)), lambda epoch: [[0, 1]]))
+    for epoch in (0, 1):
+        batches = plan.epoch_batches(epoch)
+        assert batches == common.epoch_batches(200, 80, settings.TRAIN["seed"], epoch)
+        assert [len(b) for b in batches] == [80, 80, 40]
+    assert plan.epoch_batches(0) != plan.epoch_batches(1)  # a new permutation each epoch
+    with pytest.raises(SystemExit):
+        machine.main(["-o", str(tmp_path / "m.json"), "--headline-batches"])
+    assert "--headline-batches goes with --like-for-like WORK" in capsys.readouterr().err
 
 
 def test_products_alone_replays_each_shape_for_its_calls(monkeypatch):
