@@ -223,7 +223,7 @@ class InputFeedingSteps(Function):
             torch.mul(d_n, r, out=d_gh[now, 2 * D :])
             torch.addmm(ds * z, d_gh[now], W_hh, out=d_s[:b])  # dJ/ds_{t-1}
             torch.mm(d_gi[now], W_if, out=d_feed[:b])  # dJ/d~s_{t-1}
-        previous = torch.cat([torch.arange(B + N)[before(t, b, o, B)] for t, b in enumerate(sizes)])  # (N,)
+        previous = rows_before(sizes, o, B).to(x.device)  # (N,)
         s_prev, s_tilde_prev = s.index_select(0, previous), s_tilde.index_select(0, previous)  # (N, D)
         d_x = d_gi @ W_ix
         d_W_ih = torch.cat([d_gi.t() @ x, d_gi.t() @ s_tilde_prev], 1)
@@ -233,11 +233,18 @@ class InputFeedingSteps(Function):
         d_W_c = d_u.t() @ sc
         # dJ/dh = sum_t alpha_t dc_t per sentence, as one product over the padded steps: (B, S, He)
         where = torch.cat([torch.arange(b) * T + t for t, b in enumerate(sizes)])  # packed row -> b T + t
+        where = where.to(x.device)
         alpha_bt = x.new_zeros(B * T, S).index_copy_(0, where, alpha).view(B, T, S)
         d_c_bt = x.new_zeros(B * T, He).index_copy_(0, where, d_c).view(B, T, He)
         d_h = torch.bmm(alpha_bt.transpose(1, 2), d_c_bt)
         d_b_ih, d_b_hh = d_gi.sum(0), d_gh.sum(0)
         return d_x, None, d_s, d_h, 2 * d_keys2, None, d_W_ih, d_b_ih, d_W_hh, d_b_hh, d_W, d_v, d_W_c
+
+
+def rows_before(sizes: list[int], o: list[int], B: int) -> Tensor:
+    """`before(t)`'s rows of every step, one after the other: (N,) indices into the B + N rows."""
+    slices = (before(t, b, o, B) for t, b in enumerate(sizes))
+    return torch.cat([torch.arange(p.start, p.stop) for p in slices])
 
 
 def before(t: int, b: int, o: list[int], B: int) -> slice:
@@ -348,6 +355,6 @@ class GRUSteps(Function):
             d_gh[:, now, : 2 * D] = d_gi[:, now, : 2 * D]
             torch.mul(d_n, r, out=d_gh[:, now, 2 * D :])
             torch.baddbmm(g * z, d_gh[:, now], W_hh, out=d_h[:, :b])  # dJ/dh_{t-1}
-        previous = torch.cat([torch.arange(B + N)[before(t, b, o, B)] for t, b in enumerate(sizes)])
+        previous = rows_before(sizes, o, B).to(h.device)
         d_W_hh = torch.bmm(d_gh.transpose(1, 2), h.index_select(1, previous))  # (K, 3D, D)
         return d_gi, None, d_W_hh, d_gh.sum(1, keepdim=True)
