@@ -273,9 +273,18 @@ class Trainer:
         logger.info("model: %.2fM parameters; %d training pairs", n / 1e6, len(self.train_pairs))
         logger.info(describe(self.device, self.precision))
         written = LossTerms.at(cfg, self.progress.step).written and self.precision == "fp32"
-        if written and bptt.covers(self.model.decoder):
+        parts = [
+            part
+            for part, covered in (
+                ("the decoder's steps", bptt.covers(self.model.decoder)),
+                ("the encoder's GRU", bptt.reads(getattr(self.model.encoder, "rnn", None))),
+            )
+            if covered
+        ]
+        if written and parts:
             logger.info(
-                "decoder steps: backward written out (model/bptt.py; train.bptt: autograd for autograd)"
+                "backward written out for %s (model/bptt.py; train.bptt: autograd for autograd)",
+                " and ".join(parts),
             )
         if self.ranks.world > 1 or cfg.accumulate > 1:
             logger.info("%d process(es) x %d batch(es) per update", self.ranks.world, cfg.accumulate)

@@ -213,6 +213,7 @@ def test_training_takes_autograds_steps_and_the_toy_translation_is_learned(tmp_p
             runs[way].train()
         said = [r.message for r in caplog.records if "written out" in r.message]
         assert len(said) == (way == "auto")
+        assert all("for the decoder's steps and the encoder's GRU (model/bptt.py" in x for x in said)
     a, b = params(runs["auto"]), params(runs["autograd"])
     # fp32 rounding apart; Adam divides by the gradient's size, so the attention's nearly
     # gradient-free U bias and W move furthest (by about 1e-5 of an lr of 1e-3 over 10 steps)
