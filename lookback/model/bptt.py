@@ -1,4 +1,4 @@
-"""Backpropagation through time, written out: an input-feeding decoder's T steps as one autograd Function.
+"""Backpropagation through time, written out: an input-feeding decoder's T steps, and an encoder's GRU.
 
 Autograd differentiates the decoder's steps (decoder.py) operator by operator: at
 each step some thirty operators forward and more backward, each recorded and
@@ -42,6 +42,10 @@ sigmoid is several times faster than its tanh: e = 2v . sigmoid(2 pre) - sum(v).
 softmax, input feeding, Luong's readout without a layer norm, float32 or float64. Anything else
 (and any loss that reads alpha) goes through autograd; so does `train.bptt: autograd`. The
 tests hold this to autograd's loss and gradients in float64.
+
+The encoder's one-layer GRU gets the same treatment (`gru`, `GRUSteps`, where `reads` says:
+fp32 or fp64 on a CPU): both directions step together over the packed rows, the backward one
+reading each sentence from its end, one batched product a step for the two.
 
 Legend: T target steps, B batch, N real target positions (the sum of b_t), S source length,
 E embedding size, D decoder state size, He encoder state size, A attention size.
