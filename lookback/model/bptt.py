@@ -218,14 +218,8 @@ class InputFeedingSteps(Function):
             d_keys2[:b] += d_pre2
             torch.sum(d_pre2, 1, out=d_q2[now])
             ds.addmm_(d_q2[now], W2)
-            r, z = rz[now, :D], rz[now, D:]
-            d_n = tanh_backward(ds * (1 - z), n[now])  # dJ/d(W_in x + b_in + r * (W_hn s + b_hn))
-            d_rz = torch.cat([d_n * gh[now, 2 * D :], ds * (s[prev] - n[now])], 1)  # dJ/dr, dJ/dz
-            sigmoid_backward(d_rz, rz[now], grad_input=d_gi[now, : 2 * D])
-            d_gi[now, 2 * D :] = d_n
-            d_gh[now, : 2 * D] = d_gi[now, : 2 * D]
-            torch.mul(d_n, r, out=d_gh[now, 2 * D :])
-            torch.addmm(ds * z, d_gh[now], W_hh, out=d_s[:b])  # dJ/ds_{t-1}
+            cell_backward(ds, s[prev], rz[now], n[now], gh[now, 2 * D :], d_gi[now], d_gh[now])
+            torch.addmm(ds * rz[now, D:], d_gh[now], W_hh, out=d_s[:b])  # dJ/ds_{t-1}
             torch.mm(d_gi[now], W_if, out=d_feed[:b])  # dJ/d~s_{t-1}
         previous = rows_before(sizes, o, B).to(x.device)  # (N,)
         s_prev, s_tilde_prev = s.index_select(0, previous), s_tilde.index_select(0, previous)  # (N, D)
@@ -243,6 +237,20 @@ class InputFeedingSteps(Function):
         d_h = torch.bmm(alpha_bt.transpose(1, 2), d_c_bt)
         d_b_ih, d_b_hh = d_gi.sum(0), d_gh.sum(0)
         return d_x, None, d_s, d_h, 2 * d_keys2, None, d_W_ih, d_b_ih, d_W_hh, d_b_hh, d_W, d_v, d_W_c
+
+
+def cell_backward(g: Tensor, h_prev: Tensor, rz: Tensor, n: Tensor, ghn: Tensor, d_gi: Tensor, d_gh: Tensor):
+    """The GRU cell's backward, for g = dJ/dh_t (..., D): writes dJ/d(W_i x_t + b_i) into d_gi and
+    dJ/d(W_h h_{t-1} + b_h) into d_gh (..., 3D), from the cell's r and z (rz), n and W_hn h_{t-1} + b_hn
+    (ghn). dJ/dh_{t-1} is then g z + d_gh W_h, which the caller makes."""
+    D = n.size(-1)
+    r, z = rz[..., :D], rz[..., D:]
+    d_n = tanh_backward(g * (1 - z), n)  # dJ/d(W_in x + b_in + r * (W_hn h + b_hn))
+    d_rz = torch.cat([d_n * ghn, g * (h_prev - n)], -1)  # dJ/dr, dJ/dz
+    sigmoid_backward(d_rz, rz, grad_input=d_gi[..., : 2 * D])
+    d_gi[..., 2 * D :] = d_n
+    d_gh[..., : 2 * D] = d_gi[..., : 2 * D]
+    torch.mul(d_n, r, out=d_gh[..., 2 * D :])
 
 
 def rows_before(sizes: list[int], o: list[int], B: int) -> Tensor:
@@ -351,14 +359,8 @@ class GRUSteps(Function):
             b = sizes[t]
             now, prev = slice(o[t], o[t] + b), before(t, b, o, B)
             g = d_hs[:, now] + d_h[:, :b]
-            r, z = rz[:, now, :D], rz[:, now, D:]
-            d_n = tanh_backward(g * (1 - z), n[:, now])
-            d_rz = torch.cat([d_n * ghn[:, now], g * (h[:, prev] - n[:, now])], -1)  # dJ/dr, dJ/dz
-            sigmoid_backward(d_rz, rz[:, now], grad_input=d_gi[:, now, : 2 * D])
-            d_gi[:, now, 2 * D :] = d_n
-            d_gh[:, now, : 2 * D] = d_gi[:, now, : 2 * D]
-            torch.mul(d_n, r, out=d_gh[:, now, 2 * D :])
-            torch.baddbmm(g * z, d_gh[:, now], W_hh, out=d_h[:, :b])  # dJ/dh_{t-1}
+            cell_backward(g, h[:, prev], rz[:, now], n[:, now], ghn[:, now], d_gi[:, now], d_gh[:, now])
+            torch.baddbmm(g * rz[:, now, D:], d_gh[:, now], W_hh, out=d_h[:, :b])  # dJ/dh_{t-1}
         previous = rows_before(sizes, o, B).to(h.device)
         d_W_hh = torch.bmm(d_gh.transpose(1, 2), h.index_select(1, previous))  # (K, 3D, D)
         return d_gi, None, d_W_hh, d_gh.sum(1, keepdim=True)
