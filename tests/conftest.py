@@ -1,11 +1,19 @@
 """Settings for every test. Shared plain helpers (tiny models, toy corpora, `require`) are in helpers.py."""
 
+import os
+
 import pytest
 import torch
 
 from lookback import device
 
 torch.set_num_threads(1)  # tiny tensors: threads cost more than they give
+
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # pytest -n N: N workers share this machine's cores
+    # ... and so do the processes each starts (a training, a notebook's kernel, torchrun): a share
+    # each, or two of them on two cores slow each other several times over
+    share = max(1, device.cores() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(share)
 
 
 _NATIVE_BF16 = device.native_bf16  # the real detection, which test_device.py tests

@@ -36,6 +36,13 @@ WORDS = {  # a toy English -> French lexicon for corpora that a tiny model can l
     "park": "parc",
 }
 
+
+def threads() -> int:
+    """The threads a test's training may use: every core, or this worker's share under pytest -n
+    (conftest.py sets OMP_NUM_THREADS to it)."""
+    return int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+
+
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "so", "vi", "pe", "da"]
 
 

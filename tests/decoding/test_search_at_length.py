@@ -21,6 +21,8 @@ from lookback.data.tokenizer import EOS
 from lookback.decoding.search import beam_search, greedy, lp
 from lookback.training.train import Trainer
 
+from ..helpers import threads
+
 pytestmark = pytest.mark.slow
 
 
@@ -42,7 +44,7 @@ def reverse(tmp_path_factory):
         "train": {"run_dir": str(tmp / "run"), "max_steps": 900, "valid_every": 900, "max_tokens": 2000},
     }
     raw["data"].update(src_lang="src", tgt_lang="tgt")
-    raw["train"].update(lr=0.005, threads=2, valid_sample=0)
+    raw["train"].update(lr=0.005, threads=threads(), valid_sample=0)
     trainer = Trainer(from_dict(raw))
     trainer.train()
     test = Path(str(splits["test"]))

@@ -19,6 +19,8 @@ from lookback.model.seq2seq import build_model
 from lookback.model.transformer import future_mask, positions
 from lookback.translator import Translator
 
+from ..helpers import threads
+
 SIDES = [("transformer", "transformer"), ("rnn", "transformer"), ("transformer", "rnn"), ("rnn", "rnn")]
 SMALL = {
     "emb_size": 32,
@@ -264,7 +266,7 @@ def _tiny(tmp_path, task: str, lengths: tuple[int, int], vocab: int = 50, **trai
             "max_tokens": 2000,
             "max_epochs": 1000,
             "warmup": 100,
-            "threads": 2,
+            "threads": threads(),
             "precision": "fp32",
             **train,
         },

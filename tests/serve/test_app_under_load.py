@@ -34,7 +34,7 @@ def test_2000_requests_from_16_clients_without_an_error(server):
     model = s.models[0]["name"]
     result = run_load(s.port, sentences, model, requests=2000, clients=16, beams=(1, 3), deadline_s=240)
     figures = result.summary()
-    print(f"\nload test, tiny model: {figures}")  # pytest -s shows it; docs/reliability.md quotes it
+    print(f"\nload test, tiny model: {figures}")  # pytest -n 0 -s shows it; docs/reliability.md quotes it
     assert result.errors == []
     assert figures["requests"] == 2000 and len(result.latencies_s) == 2000
     assert figures["p50_ms"] <= figures["p95_ms"]
