@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lookback import device
 from lookback.config import ModelConfig, TokenizerConfig, from_dict
 from lookback.data.tokenizer import PAD
 from lookback.model.seq2seq import build_model
@@ -40,7 +41,7 @@ WORDS = {  # a toy English -> French lexicon for corpora that a tiny model can l
 def threads() -> int:
     """The threads a test's training may use: every core, or this worker's share under pytest -n
     (conftest.py sets OMP_NUM_THREADS to it)."""
-    return int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+    return int(os.environ.get("OMP_NUM_THREADS") or 0) or device.cores()
 
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "so", "vi", "pe", "da"]
