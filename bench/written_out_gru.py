@@ -2,7 +2,8 @@
 against PyTorch's own at the main job's shapes, on this CPU (issue 39: the recurrence's small
 products batched). It lost, so lookback trains with nn.GRU; the experiment stays to be re-run.
 Then the encoder's bidirectional GRU alone, nn.GRU against lookback's own (lookback/model/
-bptt.py), which steps both directions in one batched product over the packed rows.
+bptt.py), which steps both directions in one batched product over the packed rows, and the same
+for an LSTM encoder (nn.LSTM against bptt.py's).
 On a 2-core Zen 5 EPYC it took 1.09-1.13 times nn.GRU's time (results/bench/
 2026-11-28_written_out_gru_zen5*.json): the per-step products of about 70 rows are the time
 there, not autograd's bookkeeping, and batching the weights' gradient saves too little.
@@ -39,6 +40,7 @@ Legend: B batch, T steps, I input size, D hidden size, L layers.
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 
 import torch
@@ -187,20 +189,28 @@ def measure(
     return round(median_call_seconds(update, calls=10, repeats=repeats, warmup=5) * 1000, 3)
 
 
-def measure_encoder(written: bool, lengths: Tensor, E: int = 256, H: int = 256, repeats: int = 7) -> float:
-    """Milliseconds for the encoder's bidirectional GRU alone, forward and backward, on packed
-    sentences of these lengths: nn.GRU, or with `written` lookback's own (lookback/model/bptt.py:
-    both directions in one batched product per step, over the packed rows)."""
+def measure_encoder(
+    written: bool,
+    lengths: Tensor,
+    cell: type[nn.Module] = nn.GRU,
+    E: int = 256,
+    H: int = 256,
+    repeats: int = 7,
+) -> float:
+    """Milliseconds for the encoder's bidirectional GRU (or LSTM) alone, forward and backward, on
+    packed sentences of these lengths: nn.GRU (nn.LSTM), or with `written` lookback's own
+    (lookback/model/bptt.py: both directions in one batched product per step, over the packed rows)."""
     from lookback.model import bptt
 
     torch.manual_seed(0)
-    rnn = nn.GRU(E, H, bidirectional=True, batch_first=True)
+    rnn = cell(E, H, bidirectional=True, batch_first=True)
     x = torch.randn(len(lengths), int(lengths.max()), E, requires_grad=True)
 
     def update():
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out, last = bptt.gru(rnn, packed) if written else rnn(packed)
-        (out.data.sum() + last.sum()).backward()
+        out, last = bptt.recurrence(rnn, packed) if written else rnn(packed)
+        last = last if isinstance(last, tuple) else (last,)  # an LSTM's (h_n, c_n)
+        (out.data.sum() + sum(state.sum() for state in last)).backward()
 
     return round(median_call_seconds(update, calls=10, repeats=repeats, warmup=5) * 1000, 3)
 
@@ -231,14 +241,17 @@ def main(argv: list[str] | None = None) -> int:
             ms["written out"].append(measure(GRU, repeats=args.repeats))
         speedup = round(min(ms["nn.GRU"]) / min(ms["written out"]), 3)
         encoder = {}
-        for name, draw in BATCHES.items():
-            lengths = draw(torch.Generator().manual_seed(0))
-            e = {"nn.GRU": [], "lookback": []}
+        for cell, (name, draw) in itertools.product((nn.GRU, nn.LSTM), BATCHES.items()):
+            lengths, torch_name = draw(torch.Generator().manual_seed(0)), f"nn.{cell.__name__}"
+            e = {torch_name: [], "lookback": []}
             for _ in range(2):  # alternating, twice
-                e["nn.GRU"].append(measure_encoder(False, lengths, repeats=args.repeats))
-                e["lookback"].append(measure_encoder(True, lengths, repeats=args.repeats))
-            encoder[name] = {"ms": e, "speedup": round(min(e["nn.GRU"]) / min(e["lookback"]), 3)}
-            print(f"threads {threads}, encoder, {name}: nn.GRU {e['nn.GRU']} ms, lookback {e['lookback']} ms")
+                e[torch_name].append(measure_encoder(False, lengths, cell, repeats=args.repeats))
+                e["lookback"].append(measure_encoder(True, lengths, cell, repeats=args.repeats))
+            key = name if cell is nn.GRU else f"LSTM, {name}"  # the GRU's keys as before
+            encoder[key] = {"ms": e, "speedup": round(min(e[torch_name]) / min(e["lookback"]), 3)}
+            print(
+                f"threads {threads}, encoder, {key}: {torch_name} {e[torch_name]}, lookback {e['lookback']}"
+            )
         results.append({"threads": threads, "ms_per_update": ms, "speedup": speedup, "encoder": encoder})
         print(f"threads {threads}: nn.GRU {ms['nn.GRU']} ms, written out {ms['written out']} ms: {speedup}x")
     record = machine_record("bench.written_out_gru", argv, results=results)

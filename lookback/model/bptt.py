@@ -1,4 +1,4 @@
-"""Backpropagation through time, written out: an input-feeding decoder's T steps, and an encoder's GRU.
+"""Backpropagation through time, written out: an input-feeding decoder's T steps, an encoder's GRU or LSTM.
 
 Autograd differentiates the decoder's steps (decoder.py) operator by operator: at
 each step some thirty operators forward and more backward, each recorded and
@@ -43,9 +43,10 @@ softmax, input feeding, Luong's readout without a layer norm, float32 or float64
 (and any loss that reads alpha) goes through autograd; so does `train.bptt: autograd`. The
 tests hold this to autograd's loss and gradients in float64.
 
-The encoder's one-layer GRU gets the same treatment (`gru`, `GRUSteps`, where `reads` says:
-fp32 or fp64 on a CPU): both directions step together over the packed rows, the backward one
-reading each sentence from its end, one batched product a step for the two.
+The encoder's one-layer GRU or LSTM gets the same treatment (`recurrence`, `GRUSteps`,
+`LSTMSteps`, where `reads` says: fp32 or fp64 on a CPU): both directions step together over the
+packed rows, the backward one reading each sentence from its end, one batched product a step for
+the two.
 
 Legend: T target steps, B batch, N real target positions (the sum of b_t), S source length,
 E embedding size, D decoder state size, He encoder state size, A attention size.
@@ -266,11 +267,12 @@ def before(t: int, b: int, o: list[int], B: int) -> slice:
 
 
 def reads(rnn: nn.Module) -> bool:
-    """Whether `gru` can run this encoder RNN now: a one-layer GRU with biases, in float32 or float64
-    on a CPU, with gradients on, outside autocast. Elsewhere nn.GRU runs (cuDNN's kernels on a GPU)."""
+    """Whether `recurrence` can run this encoder RNN now: a one-layer GRU or LSTM with biases (no
+    projection), in float32 or float64 on a CPU, with gradients on, outside autocast. Elsewhere
+    nn.GRU and nn.LSTM run (cuDNN's kernels on a GPU)."""
     w = getattr(rnn, "weight_hh_l0", None)
     return (
-        isinstance(rnn, nn.GRU)
+        (isinstance(rnn, nn.GRU) or (isinstance(rnn, nn.LSTM) and rnn.proj_size == 0))
         and rnn.num_layers == 1
         and rnn.bias
         and w.dtype in (torch.float32, torch.float64)
@@ -280,31 +282,44 @@ def reads(rnn: nn.Module) -> bool:
     )
 
 
-def gru(rnn: nn.GRU, packed: PackedSequence) -> tuple[PackedSequence, Tensor]:
-    """nn.GRU's (output, h_n) for packed input and a zero first state, one or both directions,
-    with the recurrence's backward written out (`GRUSteps`).
+def recurrence(rnn: nn.Module, packed: PackedSequence) -> tuple[PackedSequence, Tensor | tuple[Tensor, ...]]:
+    """nn.GRU's (output, h_n), or nn.LSTM's (output, (h_n, c_n)), for packed input and a zero
+    first state, one or both directions, with the recurrence's backward written out (`GRUSteps`,
+    `LSTMSteps`).
 
-    nn.GRU on a CPU steps each direction apart, and autograd records every operator of every
-    step and makes the recurrent weights' gradient once per step. Here every input product
-    W_i x of both directions is one matrix product; the backward direction reads each sentence
-    from its end (its rows taken in reverse within each length, `flip`), so that both
+    nn.GRU and nn.LSTM on a CPU step each direction apart, and autograd records every operator
+    of every step and makes the recurrent weights' gradient once per step. Here every input
+    product W_i x of both directions is one matrix product; the backward direction reads each
+    sentence from its end (its rows taken in reverse within each length, `flip`), so that both
     directions step over the same b_t rows and run as one batched product per step."""
+    lstm = isinstance(rnn, nn.LSTM)
     x, sizes = packed.data, packed.batch_sizes.tolist()  # (N, I); b_t
     K, D = 1 + rnn.bidirectional, rnn.hidden_size
+    G = (4 if lstm else 3) * D  # gates: i, f, g, o (LSTM) or r, z, n (GRU)
     names = [f"l0{'_reverse' * k}" for k in range(K)]
-    W_ih = torch.cat([getattr(rnn, f"weight_ih_{k}") for k in names])  # (K 3D, I)
+    W_ih = torch.cat([getattr(rnn, f"weight_ih_{k}") for k in names])  # (K G, I)
     b_ih = torch.cat([getattr(rnn, f"bias_ih_{k}") for k in names])
-    W_hh = torch.stack([getattr(rnn, f"weight_hh_{k}") for k in names])  # (K, 3D, D)
-    b_hh = torch.stack([getattr(rnn, f"bias_hh_{k}") for k in names]).unsqueeze(1)  # (K, 1, 3D)
-    gi = torch.addmm(b_ih, x, W_ih.t()).view(-1, K, 3 * D)  # (N, K, 3D): W_i x + b_i, every step at once
+    W_hh = torch.stack([getattr(rnn, f"weight_hh_{k}") for k in names])  # (K, G, D)
+    b_hh = torch.stack([getattr(rnn, f"bias_hh_{k}") for k in names]).unsqueeze(1)  # (K, 1, G)
+    if lstm:  # the LSTM's gates add both biases as they are: one bias in the input product
+        b_ih = b_ih + b_hh.view(-1)
+    gi = torch.addmm(b_ih, x, W_ih.t()).view(-1, K, G)  # (N, K, G): W_i x + b_i, every step at once
     o, B = torch.tensor(starts(sizes)), sizes[0]
     lengths = (packed.batch_sizes.unsqueeze(0) > torch.arange(B).unsqueeze(1)).sum(1)  # (B,), sorted
     flip = rows_flipped(sizes, lengths, o) if K == 2 else None
     gi = torch.stack([gi[:, 0], gi[:, 1].index_select(0, flip)]) if K == 2 else gi.transpose(0, 1)
-    hs = GRUSteps.apply(gi, sizes, W_hh, b_hh)  # (K, N, D)
+    states = LSTMSteps.apply(gi, sizes, W_hh) if lstm else (GRUSteps.apply(gi, sizes, W_hh, b_hh),)
+    outs = []
+    for hs in states:  # h (K, N, D), and the LSTM's memory cells c
+        last = hs[:, o[lengths - 1] + torch.arange(B)]  # (K, B, D): each sentence's last step, sorted
+        outs.append((hs, last.index_select(1, packed.unsorted_indices)))
+    hs = outs[0][0]
     out = torch.cat([hs[0], hs[1].index_select(0, flip)], 1) if K == 2 else hs[0]  # (N, K D)
-    last = hs[:, o[lengths - 1] + torch.arange(B)]  # (K, B, D): each sentence's last step, sorted
-    return packed._replace(data=out), last.index_select(1, packed.unsorted_indices)
+    last = (outs[0][1], outs[1][1]) if lstm else outs[0][1]
+    return packed._replace(data=out), last
+
+
+gru = recurrence  # the encoder's GRU, as earlier code and the bench call it
 
 
 def rows_flipped(sizes: list[int], lengths: Tensor, o: Tensor) -> Tensor:
@@ -364,3 +379,69 @@ class GRUSteps(Function):
         previous = rows_before(sizes, o, B).to(h.device)
         d_W_hh = torch.bmm(d_gh.transpose(1, 2), h.index_select(1, previous))  # (K, 3D, D)
         return d_gi, None, d_W_hh, d_gh.sum(1, keepdim=True)
+
+
+class LSTMSteps(Function):
+    """h_t and c_t of K directions over packed rows: gi (K, N, 4D) the input products with both
+    biases, W_hh (K, 4D, D), h_0 = c_0 = 0 -> h, c (K, N, D). PyTorch's LSTM cell (gates i, f, g, o):
+
+        i, f, o = sigmoid(W_i{i,f,o} x_t + b_i{i,f,o} + W_h{i,f,o} h_{t-1} + b_h{i,f,o})
+        g       = tanh(W_ig x_t + b_ig + W_hg h_{t-1} + b_hg)
+        c_t     = f * c_{t-1} + i * g
+        h_t     = o * tanh(c_t)
+
+    and its derivatives, for dh = dJ/dh_t and dc = dJ/dc_t from above and from step t + 1:
+
+        dc    += dh * o * (1 - tanh(c_t)^2)
+        di = dc * g,  df = dc * c_{t-1},  dg = dc * i,  do = dh * tanh(c_t)   (then through the
+        sigmoid or tanh of each gate);  dJ/dc_{t-1} = dc * f;  dJ/dh_{t-1} = d_gates W_hh
+
+    Backward: one loop back over the steps, then W_hh's gradient as one product over all N rows
+    of each direction."""
+
+    @staticmethod
+    def forward(ctx, gi, sizes, W_hh):
+        K, N, G = gi.shape
+        D, B, o = G // 4, sizes[0], starts(sizes)
+        h = gi.new_zeros(K, B + N, D)  # h_0 = 0 for the first B rows, then each step's
+        c = gi.new_zeros(K, B + N, D)  # c_0 = 0, then c_t
+        act = gi.new_empty(K, N, G)  # i, f, g, o after their sigmoid and tanh
+        tc = gi.new_empty(K, N, D)  # tanh(c_t)
+        W_t = W_hh.transpose(1, 2)
+        for t, b in enumerate(sizes):
+            now, out, prev = slice(o[t], o[t] + b), slice(B + o[t], B + o[t] + b), before(t, b, o, B)
+            a = torch.baddbmm(gi[:, now], h[:, prev], W_t, out=act[:, now])  # (K, b, 4D)
+            a[..., : 2 * D].sigmoid_()
+            a[..., 2 * D : 3 * D].tanh_()
+            a[..., 3 * D :].sigmoid_()
+            i, f, g, og = a[..., :D], a[..., D : 2 * D], a[..., 2 * D : 3 * D], a[..., 3 * D :]
+            torch.mul(f, c[:, prev], out=c[:, out]).addcmul_(i, g)  # c_t = f c_{t-1} + i g
+            torch.tanh(c[:, out], out=tc[:, now])
+            torch.mul(og, tc[:, now], out=h[:, out])  # h_t = o tanh(c_t)
+        ctx.save_for_backward(W_hh, h, c, act, tc)
+        ctx.sizes = sizes
+        return h[:, B:], c[:, B:]
+
+    @staticmethod
+    def backward(ctx, d_hs, d_cs):
+        W_hh, h, c, act, tc = ctx.saved_tensors
+        sizes = ctx.sizes
+        (K, N, D), B, o = tc.shape, sizes[0], starts(sizes)
+        d_gates = tc.new_empty(K, N, 4 * D)  # dJ/d(W_i x_t + b_i + W_h h_{t-1} + b_h)
+        d_h = tc.new_zeros(K, B, D)  # dJ/dh_t from step t + 1; zero for sentences that have ended
+        d_c = tc.new_zeros(K, B, D)  # dJ/dc_t from step t + 1
+        for t in reversed(range(len(sizes))):
+            b = sizes[t]
+            now, prev = slice(o[t], o[t] + b), before(t, b, o, B)
+            a = act[:, now]
+            i, f, g, og = a[..., :D], a[..., D : 2 * D], a[..., 2 * D : 3 * D], a[..., 3 * D :]
+            dh = d_hs[:, now] + d_h[:, :b]
+            dc = tanh_backward(dh * og, tc[:, now]).add_(d_cs[:, now]).add_(d_c[:, :b])
+            d_act = torch.cat([dc * g, dc * c[:, prev], dc * i, dh * tc[:, now]], -1)  # dJ/d(i, f, g, o)
+            sigmoid_backward(d_act, a, grad_input=d_gates[:, now])  # right for i, f, o
+            tanh_backward(d_act[..., 2 * D : 3 * D], g, grad_input=d_gates[:, now, 2 * D : 3 * D])
+            torch.mul(dc, f, out=d_c[:, :b])  # dJ/dc_{t-1}
+            torch.bmm(d_gates[:, now], W_hh, out=d_h[:, :b])  # dJ/dh_{t-1}
+        previous = rows_before(sizes, o, B).to(h.device)
+        d_W_hh = torch.bmm(d_gates.transpose(1, 2), h.index_select(1, previous))  # (K, 4D, D)
+        return d_gates, None, d_W_hh

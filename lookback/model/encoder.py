@@ -59,14 +59,16 @@ class Encoder(nn.Module):
     ) -> EncoderOutput:
         """Read a padded batch src (B, S) whose true lengths are src_len (B,). `x` (B, S, E), when
         given, stands in for the embeddings of src (attribution.py differentiates through it).
-        `written`: a GRU it covers runs with its backward written out (bptt.gru), the same maths."""
+        `written`: a GRU or LSTM it covers runs with its backward written out (bptt.recurrence),
+        the same maths."""
         B, S = src.shape
         src_mask = src != PAD
         x = self.embed(src) if x is None else x  # (B, S) -> (B, S, E)
         x = self.dropout(drop_words(x, self.word_dropout, self.training))
         # Packing makes each direction start and stop at the sentence's real ends.
         packed = pack_padded_sequence(x, src_len.cpu(), batch_first=True, enforce_sorted=False)
-        out, last = bptt.gru(self.rnn, packed) if written and bptt.reads(self.rnn) else self.rnn(packed)
+        written = written and bptt.reads(self.rnn)
+        out, last = bptt.recurrence(self.rnn, packed) if written else self.rnn(packed)
         h, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, He)
         h = self.norm(h)  # model.layer_norm: each h_i to mean 0, variance 1, then a gain and a bias
         if isinstance(last, tuple):  # LSTM: (hidden, memory cell)

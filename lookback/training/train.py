@@ -273,11 +273,12 @@ class Trainer:
         logger.info("model: %.2fM parameters; %d training pairs", n / 1e6, len(self.train_pairs))
         logger.info(describe(self.device, self.precision))
         written = LossTerms.at(cfg, self.progress.step).written and self.precision == "fp32"
+        rnn = getattr(self.model.encoder, "rnn", None)
         parts = [
             part
             for part, covered in (
                 ("the decoder's steps", bptt.covers(self.model.decoder)),
-                ("the encoder's GRU", bptt.reads(getattr(self.model.encoder, "rnn", None))),
+                (f"the encoder's {type(rnn).__name__}", bptt.reads(rnn)),  # GRU or LSTM
             )
             if covered
         ]

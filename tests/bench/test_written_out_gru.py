@@ -88,6 +88,8 @@ def test_the_benchmark_writes_both_timings(tmp_path, monkeypatch):
     assert main(["-o", str(out), "--threads", "1"]) == 0
     record = __import__("json").loads(out.read_text())
     assert record["cpu_flags"] is not None and record["results"][0]["ms_per_update"]["nn.GRU"] == [2.0, 2.0]
-    encoder = record["results"][0]["encoder"]  # the encoder alone, nn.GRU against lookback's, two batches
-    assert set(encoder) == {"by length, 123 x 14-16", "headline, 80 random"}
+    encoder = record["results"][0]["encoder"]  # the encoder alone, torch's against lookback's, two batches
+    batches = {"by length, 123 x 14-16", "headline, 80 random"}
+    assert set(encoder) == batches | {f"LSTM, {b}" for b in batches}
+    assert all("nn.LSTM" in e["ms"] for k, e in encoder.items() if k.startswith("LSTM"))
     assert all(e["ms"]["lookback"] == [2.0, 2.0] and e["speedup"] == 1.0 for e in encoder.values())

@@ -95,37 +95,43 @@ def test_each_step_runs_only_the_sentences_still_going(monkeypatch):
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
-def test_the_encoders_gru_written_out_is_nn_grus_outputs_and_gradients(bidirectional):
-    """bptt.gru on packed sentences of lengths 5, 1, 7, 3 (unsorted, one of a single token) gives
-    nn.GRU's output, last states and every gradient, in float64."""
+@pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM], ids=["gru", "lstm"])
+def test_the_encoders_rnn_written_out_is_nn_grus_and_nn_lstms_outputs_and_gradients(cell, bidirectional):
+    """bptt.recurrence on packed sentences of lengths 5, 1, 7, 3 (unsorted, one of a single token)
+    gives nn.GRU's (nn.LSTM's) output, last states (and memory cells) and every gradient, in
+    float64, with a loss that reads all of them."""
     torch.manual_seed(0)
-    rnn = torch.nn.GRU(6, 5, batch_first=True, bidirectional=bidirectional).double()
+    rnn = cell(6, 5, batch_first=True, bidirectional=bidirectional).double()
     x = torch.randn(4, 7, 6, dtype=torch.float64)
     lengths = torch.tensor([5, 1, 7, 3])
-    w_out, w_last = (
-        torch.randn(lengths.sum().item(), 5 * (1 + bidirectional)),
-        torch.randn(1 + bidirectional, 4, 5),
-    )
+    K = 1 + bidirectional
+    w_out = torch.randn(lengths.sum().item(), 5 * K, dtype=torch.float64)
+    w_last = torch.randn(2, K, 4, 5, dtype=torch.float64)  # for h_n and c_n
     results = []
-    for run in (rnn, lambda p: bptt.gru(rnn, p)):
+    for run in (rnn, lambda p: bptt.recurrence(rnn, p)):
         xi = x.clone().requires_grad_()
         packed = pack_padded_sequence(xi, lengths, batch_first=True, enforce_sorted=False)
         out, last = run(packed)
-        J = (out.data * w_out.double()).sum() + (last * w_last.double()).sum()
+        last = last if isinstance(last, tuple) else (last,)
+        weighted = zip(last, w_last[: len(last)], strict=True)
+        J = (out.data * w_out).sum() + sum((state * w).sum() for state, w in weighted)
         results.append((out.data, last, torch.autograd.grad(J, [xi, *rnn.parameters()])))
     (out_ref, last_ref, g_ref), (out, last, g) = results
     torch.testing.assert_close(out, out_ref, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(last, last_ref, rtol=1e-12, atol=1e-12)
+    assert len(last) == len(last_ref) == (2 if cell is torch.nn.LSTM else 1)
+    for a, b in zip(last, last_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     for name, a, b in zip(["x", *dict(rnn.named_parameters())], g, g_ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
 
 
-def test_the_encoder_takes_the_written_gru_only_where_it_covers_it(monkeypatch):
+def test_the_encoder_takes_the_written_rnn_only_where_it_covers_it(monkeypatch):
     calls = []
-    gru = bptt.gru
-    monkeypatch.setattr(bptt, "gru", lambda *a: calls.append(1) or gru(*a))
+    recurrence = bptt.recurrence
+    monkeypatch.setattr(bptt, "recurrence", lambda *a: calls.append(1) or recurrence(*a))
     b = collate(PAIRS)
-    for kw, written in [({}, True), (dict(cell="lstm"), False), (dict(enc_layers=2), False)]:
+    cases = [({}, True), (dict(cell="lstm"), True), (dict(cell="rnn"), False), (dict(enc_layers=2), False)]
+    for kw, written in cases:
         model = covered_model(torch.float32, **kw)
         calls.clear()
         model.encoder(b.src, b.src_len, written=True)
@@ -137,8 +143,9 @@ def test_the_encoder_takes_the_written_gru_only_where_it_covers_it(monkeypatch):
         assert calls == [1] * written, kw
 
 
-def test_in_float32_it_is_autograd_within_rounding():
-    model = covered_model(torch.float32)
+@pytest.mark.parametrize("cell", ["gru", "lstm"])  # the LSTM: only its encoder is written out
+def test_in_float32_it_is_autograd_within_rounding(cell):
+    model = covered_model(torch.float32, cell=cell)
     J_ref, ref = loss_and_grads(model, LossTerms())
     J, ours = loss_and_grads(model, LossTerms(written=True))
     assert J.item() == pytest.approx(J_ref.item(), rel=1e-5)
