@@ -319,9 +319,6 @@ def recurrence(rnn: nn.Module, packed: PackedSequence) -> tuple[PackedSequence, 
     return packed._replace(data=out), last
 
 
-gru = recurrence  # the encoder's GRU, as earlier code and the bench call it
-
-
 def rows_flipped(sizes: list[int], lengths: Tensor, o: Tensor) -> Tensor:
     """For each packed row (step t of sentence i) the row of step L_i - 1 - t of the same sentence:
     the sentence read from its end. Its own inverse."""
