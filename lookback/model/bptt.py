@@ -309,14 +309,11 @@ def recurrence(rnn: nn.Module, packed: PackedSequence) -> tuple[PackedSequence, 
     flip = rows_flipped(sizes, lengths, o) if K == 2 else None
     gi = torch.stack([gi[:, 0], gi[:, 1].index_select(0, flip)]) if K == 2 else gi.transpose(0, 1)
     states = LSTMSteps.apply(gi, sizes, W_hh) if lstm else (GRUSteps.apply(gi, sizes, W_hh, b_hh),)
-    outs = []
-    for hs in states:  # h (K, N, D), and the LSTM's memory cells c
-        last = hs[:, o[lengths - 1] + torch.arange(B)]  # (K, B, D): each sentence's last step, sorted
-        outs.append((hs, last.index_select(1, packed.unsorted_indices)))
-    hs = outs[0][0]
+    hs = states[0]  # (K, N, D); an LSTM's memory cells c follow
     out = torch.cat([hs[0], hs[1].index_select(0, flip)], 1) if K == 2 else hs[0]  # (N, K D)
-    last = (outs[0][1], outs[1][1]) if lstm else outs[0][1]
-    return packed._replace(data=out), last
+    ends = o[lengths - 1] + torch.arange(B)  # each sentence's last step, sorted
+    last = [state[:, ends].index_select(1, packed.unsorted_indices) for state in states]  # (K, B, D)
+    return packed._replace(data=out), tuple(last) if lstm else last[0]
 
 
 def rows_flipped(sizes: list[int], lengths: Tensor, o: Tensor) -> Tensor:
