@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from ..config import Config, save_config
@@ -49,6 +50,7 @@ from ..device import (
 from ..errors import CheckpointError, NonFiniteLoss
 from ..explain.diagnostics import probe
 from ..model import bptt
+from ..model.encoder import EACH_WAY_FILL
 from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
 from .checkpoint import RunDir, require_tensorboard
@@ -286,6 +288,12 @@ class Trainer:
             logger.info(
                 "backward written out for %s (model/bptt.py; train.bptt: autograd for autograd)",
                 " and ".join(parts),
+            )
+        if written and isinstance(rnn, nn.LSTM) and bptt.reads(rnn):
+            logger.info(
+                "the encoder's LSTM each way on the padded batch where %d%% of it is real tokens "
+                "(model/encoder.py: torch's fused LSTM)",
+                round(EACH_WAY_FILL * 100),
             )
         if self.ranks.world > 1 or cfg.accumulate > 1:
             logger.info("%d process(es) x %d batch(es) per update", self.ranks.world, cfg.accumulate)

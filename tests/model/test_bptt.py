@@ -229,3 +229,14 @@ def test_training_takes_autograds_steps_and_the_toy_translation_is_learned(tmp_p
     trainer = Trainer(from_dict(raw))
     trainer.train()
     assert records(trainer.run, "valid")[-1]["bleu"] > 80
+
+
+def test_training_an_lstm_says_in_one_line_where_its_encoder_runs_each_way(tmp_path, caplog):
+    raw = tiny_train_config(tmp_path, model={**COVERED, "cell": "lstm"}, train={"max_steps": 1})
+    with caplog.at_level("INFO"):
+        Trainer(from_dict(raw)).train()
+    said = [r.message for r in caplog.records if "each way" in r.message]
+    assert said == [
+        "the encoder's LSTM each way on the padded batch where 80% of it is real tokens "
+        "(model/encoder.py: torch's fused LSTM)"
+    ]
