@@ -3,7 +3,8 @@ against PyTorch's own at the main job's shapes, on this CPU (issue 39: the recur
 products batched). It lost, so lookback trains with nn.GRU; the experiment stays to be re-run.
 Then the encoder's bidirectional GRU alone, nn.GRU against lookback's own (lookback/model/
 bptt.py), which steps both directions in one batched product over the packed rows, and the same
-for an LSTM encoder (nn.LSTM against bptt.py's).
+for an LSTM encoder (nn.LSTM against bptt.py's, and against its two one-way calls on the padded
+batch, lookback/model/encoder.py's `each_way`).
 On a 2-core Zen 5 EPYC it took 1.09-1.13 times nn.GRU's time (results/bench/
 2026-11-28_written_out_gru_zen5*.json): the per-step products of about 70 rows are the time
 there, not autograd's bookkeeping, and batching the weights' gradient saves too little.
@@ -190,7 +191,7 @@ def measure(
 
 
 def measure_encoder(
-    written: bool,
+    way: str,
     lengths: Tensor,
     cell: type[nn.Module] = nn.GRU,
     E: int = 256,
@@ -198,17 +199,24 @@ def measure_encoder(
     repeats: int = 7,
 ) -> float:
     """Milliseconds for the encoder's bidirectional GRU (or LSTM) alone, forward and backward, on
-    packed sentences of these lengths: nn.GRU (nn.LSTM), or with `written` lookback's own
-    (lookback/model/bptt.py: both directions in one batched product per step, over the packed rows)."""
+    sentences of these lengths, the `way` lookback can run it: "torch" nn.GRU (nn.LSTM) on the
+    packed sentences, "written" lookback/model/bptt.py's (both directions in one batched product
+    per step, over the packed rows), "each way" an LSTM's two one-way calls on the padded batch
+    (lookback/model/encoder.py, oneDNN's fused LSTM)."""
     from lookback.model import bptt
+    from lookback.model.encoder import each_way
 
     torch.manual_seed(0)
     rnn = cell(E, H, bidirectional=True, batch_first=True)
     x = torch.randn(len(lengths), int(lengths.max()), E, requires_grad=True)
 
     def update():
+        if way == "each way":
+            h, last = each_way(rnn, x, lengths)
+            (h.sum() + last.sum()).backward()
+            return
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out, last = bptt.recurrence(rnn, packed) if written else rnn(packed)
+        out, last = bptt.recurrence(rnn, packed) if way == "written" else rnn(packed)
         last = last if isinstance(last, tuple) else (last,)  # an LSTM's (h_n, c_n)
         (out.data.sum() + sum(state.sum() for state in last)).backward()
 
@@ -243,14 +251,25 @@ def main(argv: list[str] | None = None) -> int:
         encoder = {}
         for cell, (name, draw) in itertools.product((nn.GRU, nn.LSTM), BATCHES.items()):
             lengths, torch_name = draw(torch.Generator().manual_seed(0)), f"nn.{cell.__name__}"
-            e = {torch_name: [], "lookback": []}
+            ways = {torch_name: "torch", "lookback": "written"}  # lookback: packed, written out
+            if cell is nn.LSTM:
+                ways["each way"] = "each way"
+            e = {key: [] for key in ways}
             for _ in range(2):  # alternating, twice
-                e[torch_name].append(measure_encoder(False, lengths, cell, repeats=args.repeats))
-                e["lookback"].append(measure_encoder(True, lengths, cell, repeats=args.repeats))
+                for key, way in ways.items():
+                    e[key].append(measure_encoder(way, lengths, cell, repeats=args.repeats))
             key = name if cell is nn.GRU else f"LSTM, {name}"  # the GRU's keys as before
-            encoder[key] = {"ms": e, "speedup": round(min(e[torch_name]) / min(e["lookback"]), 3)}
+            fill = round(lengths.sum().item() / (len(lengths) * lengths.max().item()), 3)  # real / B x S
+            encoder[key] = {
+                "ms": e,
+                "real_share": fill,
+                "speedup": round(min(e[torch_name]) / min(e["lookback"]), 3),
+            }
+            if cell is nn.LSTM:
+                encoder[key]["speedup_each_way"] = round(min(e[torch_name]) / min(e["each way"]), 3)
             print(
-                f"threads {threads}, encoder, {key}: {torch_name} {e[torch_name]}, lookback {e['lookback']}"
+                f"threads {threads}, encoder, {key} (real {fill:.0%}): "
+                + ", ".join(f"{k} {v}" for k, v in e.items())
             )
         results.append({"threads": threads, "ms_per_update": ms, "speedup": speedup, "encoder": encoder})
         print(f"threads {threads}: nn.GRU {ms['nn.GRU']} ms, written out {ms['written out']} ms: {speedup}x")

@@ -93,3 +93,11 @@ def test_the_benchmark_writes_both_timings(tmp_path, monkeypatch):
     assert set(encoder) == batches | {f"LSTM, {b}" for b in batches}
     assert all("nn.LSTM" in e["ms"] for k, e in encoder.items() if k.startswith("LSTM"))
     assert all(e["ms"]["lookback"] == [2.0, 2.0] and e["speedup"] == 1.0 for e in encoder.values())
+    lstm = [e for k, e in encoder.items() if k.startswith("LSTM")]  # and its two one-way padded calls
+    assert all(e["ms"]["each way"] == [2.0, 2.0] and e["speedup_each_way"] == 1.0 for e in lstm)
+    assert (
+        encoder["by length, 123 x 14-16"]["real_share"]
+        > 0.9
+        > 0.6
+        > encoder["headline, 80 random"]["real_share"]
+    )
