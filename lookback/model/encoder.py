@@ -100,12 +100,11 @@ def each_way(rnn: nn.LSTM, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     two padded calls are faster than the packed steps, written out or not; where a fifth or
     more of the positions are padding they are not (docs/performance.md)."""
     (B, S, E), K, H = x.shape, 1 + rnn.bidirectional, rnn.hidden_size
-    t = torch.arange(S, device=x.device)
-    L = lengths.to(x.device).unsqueeze(1)  # (B, 1)
+    t, L = torch.arange(S, device=x.device), lengths.to(x.device).unsqueeze(1)  # (S,), (B, 1)
     real = t < L  # (B, S)
     back = torch.where(real, L - 1 - t, t).unsqueeze(-1)  # (B, S, 1): position t read from the end
     zero = x.new_zeros(1, B, H)  # h_0 = c_0 = 0
-    ends = (torch.arange(B, device=x.device), lengths.to(x.device) - 1)
+    ends = (torch.arange(B, device=x.device), L[:, 0] - 1)  # each sentence's last real position
     states, last = [], []
     for k in range(K):
         names = [f"{w}_l0{'_reverse' * k}" for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
