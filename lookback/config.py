@@ -186,6 +186,7 @@ class TrainConfig:
     probe: int = at_least(32, 0)  # validation pairs whose attention entropy and diagonal weight are logged
     probe_every: int = at_least(0, 0)  # also probe attention every N updates from 0 (0: validations only)
     keep_checkpoints: int = at_least(0, 0)  # keep the last N validations' weights (lookback average)
+    ema: float = ranged(0.0, *_FRACTION)  # after each update ema <- this ema + (1 - this) w (0: off)
     early_stopping: int = at_least(8, 0)  # stop after this many validations without a better BLEU (0: off)
     log_every: int = at_least(50, 1)  # write a metrics line every this many updates
     threads: int = ranged(0, *_THREADS)  # torch CPU threads (0: all cores)

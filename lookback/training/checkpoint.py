@@ -10,6 +10,8 @@ tensors and plain containers only and refuses every other object unbuilt.
 `RunDir` is everything a training run writes: config.yaml, the tokenizer files, metrics.jsonl,
 and best.pt / last.pt / prev.pt (the last.pt before the newest, a fallback for --resume);
 with train.keep_checkpoints, the weights of the last validations (step_N.pt) for averaging.
+With train.ema a checkpoint's model is the weights' moving average (`moving_average`), and the
+weights that training goes on from are kept beside it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ..config import Config, from_dict
 from ..errors import CheckpointError, ConfigError, RunDirError, first_line
@@ -137,6 +141,16 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
         for k, v in last.items()
     }
     return {"model": model, "config": states[-1]["config"], "averaged": [p.name for p in paths]}
+
+
+def moving_average(model: nn.Module, decay: float) -> AveragedModel | None:
+    """train.ema: a copy of `model` whose weights follow the trained ones after every update,
+    ema <- decay ema + (1 - decay) w (Polyak and Juditsky 1992; Marian's exponential smoothing),
+    an average over about the last 1 / (1 - decay) updates; None for decay 0. Its first update
+    copies the weights. torch's AveragedModel does the work, in one fused lerp over them all."""
+    if not decay:
+        return None
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
 
 
 # Keys that a resumed run cannot change and still continue the saved one exactly.

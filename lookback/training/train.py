@@ -53,7 +53,7 @@ from ..model import bptt
 from ..model.encoder import EACH_WAY_FILL
 from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
-from .checkpoint import RunDir, require_tensorboard
+from .checkpoint import RunDir, moving_average, require_tensorboard
 from .fit import check_batch
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals, valid_due
 from .schedule import LearningRate, parameter_groups
@@ -79,7 +79,8 @@ class Trainer:
         saved = self.run.resumable(cfg, self.ranks.world, accept_changes) if resume else None
         self._build_data(resume)
         self._build_model()
-        self.run.check_space(3 * 4 * count_parameters(self.model) + 2**20)  # weights, Adam's moments
+        copies = 3 + (self.ema is not None)  # weights, Adam's moments, the average
+        self.run.check_space(copies * 4 * count_parameters(self.model) + 2**20)
         self.progress = Progress()
         self.on_validation: Callable[[dict[str, float]], None] | None = None  # a search's report (tune.py)
         if saved:
@@ -131,6 +132,8 @@ class Trainer:
         if self.ranks.rank:  # the same initial weights everywhere, but each rank its own dropout
             torch.manual_seed(cfg.train.seed + self.ranks.rank)
         self.loss_module = distributed.wrap(self.model, self.device)  # in DDP under torchrun
+        # train.ema: the weights' moving average, which validations decode and checkpoints keep as the model
+        self.ema = moving_average(self.model, t.ema)  # None when off
         self.compiled = resolve_compile(self.device, t.compile)
         if self.compiled:  # shapes vary from batch to batch: compiled once for dynamic shapes
             decoder = self.model.decoder
@@ -146,7 +149,7 @@ class Trainer:
         # fp16 gradients can underflow: scale the loss up, and the gradients back (a no-op otherwise)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.translator = TextTranslator(  # validations decode in the precision training runs in
-            self.model,
+            self.weights,
             self.src_tok,
             self.tgt_tok,
             cfg.decode,
@@ -252,7 +255,15 @@ class Trainer:
             return math.nan
         self.scaler.step(self.optimizer)  # skips the step if fp16 gradients overflowed
         self.scaler.update()
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
         return total
+
+    @property
+    def weights(self) -> Seq2Seq:
+        """The model that validations decode and checkpoints keep: the trained one, or with
+        train.ema its moving average."""
+        return self.model if self.ema is None else self.ema.module
 
     def _nonfinite(self, loss: float, norm: float) -> None:
         """train.nonfinite: skip the update and count it, or stop with the last good checkpoint intact."""
@@ -294,6 +305,13 @@ class Trainer:
                 "the encoder's LSTM each way on the padded batch where %d%% of it is real tokens "
                 "(model/encoder.py: torch's fused LSTM)",
                 round(EACH_WAY_FILL * 100),
+            )
+        if self.ema is not None:
+            logger.info(
+                "validations and checkpoints use the weights' moving average (train.ema %g: about the "
+                "last %d updates)",
+                cfg.ema,
+                round(1 / (1 - cfg.ema)),
             )
         if self.ranks.world > 1 or cfg.accumulate > 1:
             logger.info("%d process(es) x %d batch(es) per update", self.ranks.world, cfg.accumulate)
@@ -339,7 +357,7 @@ class Trainer:
         loss, bleu, chrf, seconds = self.ranks.from_main(self._evaluate, 4)
         improved = self._track(bleu)
         ppl = math.exp(min(loss, 50))
-        alpha = probe(self.model, self.valid_data.pairs[: self.cfg.train.probe], self.device)  # diagnostics
+        alpha = probe(self.weights, self.valid_data.pairs[: self.cfg.train.probe], self.device)  # diagnostics
         if alpha:
             shown = alpha["alpha_entropy"], alpha["alpha_diagonal"], alpha["score_spread"]
             logger.info(
@@ -352,7 +370,7 @@ class Trainer:
             self.save("best")
         self.save("last")
         if self.cfg.train.keep_checkpoints:  # weights only, for averaging
-            weights = {"model": self.model.state_dict(), "config": self.cfg.to_dict()}
+            weights = {"model": self.weights.state_dict(), "config": self.cfg.to_dict()}
             self.run.keep(self.progress.step, weights, self.cfg.train.keep_checkpoints)
         if self.on_validation is not None and self.ranks.main:  # after last.pt: a trial stopped here resumes
             p = self.progress
@@ -361,7 +379,7 @@ class Trainer:
     def _evaluate(self) -> list[float]:
         """Loss, BLEU, chrF and the seconds they took on the validation set, logged with samples."""
         start, data = time.perf_counter(), self.valid_data
-        loss = validation_loss(self.model, data.pairs, self.cfg.train.max_tokens, self.device)
+        loss = validation_loss(self.weights, data.pairs, self.cfg.train.max_tokens, self.device)
         hyps = [t.text for t in self.translator.translate(data.src, beam=1)]
         s = score(hyps, data.tgt, self.cfg.data.tgt_lang)
         best = "  (best)" if s.bleu > self.progress.best_bleu else ""
@@ -385,9 +403,16 @@ class Trainer:
         return False
 
     def state(self) -> dict[str, Any]:
-        """Everything a checkpoint holds: plain containers and tensors only."""
+        """Everything a checkpoint holds: plain containers and tensors only. With train.ema,
+        "model" is the average (what translation loads) and "trained" the weights training goes on from."""
+        average = (
+            {}
+            if self.ema is None
+            else {"trained": self.model.state_dict(), "ema_updates": self.ema.n_averaged.item()}
+        )
         return {
-            "model": self.model.state_dict(),
+            "model": self.weights.state_dict(),
+            **average,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.lr.state_dict(),
             "progress": asdict(self.progress),
@@ -402,7 +427,10 @@ class Trainer:
 
     def _restore(self, state: dict[str, Any], saved: Config) -> None:
         cfg = self.cfg.train
-        self.model.load_state_dict(state["model"])
+        self.model.load_state_dict(state.get("trained", state["model"]))
+        if self.ema is not None and "trained" in state:  # else the average starts from these weights
+            self.ema.module.load_state_dict(state["model"])
+            self.ema.n_averaged.fill_(state["ema_updates"])
         groups = len(state["optimizer"]["param_groups"])
         if groups != len(self.optimizer.param_groups):  # a run from before the attention had its own rate
             raise CheckpointError(
