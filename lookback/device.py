@@ -120,10 +120,35 @@ def vnni() -> bool:
     return bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
 
 
-def autocast(device: torch.device, precision: str) -> torch.autocast:
-    """The forward pass in bf16/fp16 where it is safe (matrix products), fp32 elsewhere."""
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """The forward pass in bf16/fp16 where it is safe (matrix products), fp32 elsewhere.
+
+    On a CPU whose oneDNN has no bf16 kernels (AVX2 only, or capped by ONEDNN_MAX_CPU_ISA),
+    oneDNN's LSTM, which torch takes for a padded batch or one of equal lengths, refuses bf16
+    ("could not create a primitive descriptor"): there torch's own LSTM runs instead, its
+    products cast one by one, as a GRU's always are."""
     dtype = DTYPES.get(precision, torch.float32)
-    return torch.autocast(device.type, dtype=dtype, enabled=precision in DTYPES)
+    cast = torch.autocast(device.type, dtype=dtype, enabled=precision in DTYPES)
+    if device.type != "cpu" or precision != "bf16" or onednn_bf16():
+        return cast
+    return _without_onednn(cast)
+
+
+@contextlib.contextmanager
+def _without_onednn(cast: torch.autocast) -> Iterator[None]:
+    was = torch.backends.mkldnn.enabled  # its flags() would set TF32 and determinism too
+    torch.backends.mkldnn.enabled = False
+    try:
+        with cast:
+            yield
+    finally:
+        torch.backends.mkldnn.enabled = was
+
+
+def onednn_bf16() -> bool:
+    """Does oneDNN have bf16 kernels on this CPU (AVX-512 with BW, VL and DQ, natively bf16 or
+    not), uncapped? Where not, its LSTM refuses bf16 input."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and not _onednn_below_bf16()
 
 
 SPEED_FLAGS = (

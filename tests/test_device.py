@@ -96,6 +96,30 @@ def test_gradients_in_eval_mode_turn_on_autograd_and_keep_cudnns_rnn_out():
     assert torch.backends.cudnn.enabled == before  # as it was, afterwards
 
 
+@pytest.mark.parametrize("onednn_bf16", [None, False], ids=["this_cpu", "a_cpu_without_onednn_bf16"])
+def test_an_lstm_trains_under_bf16_autocast_on_any_cpu(monkeypatch, onednn_bf16):
+    """oneDNN's LSTM, which torch takes for a padded batch or a packed one of equal lengths,
+    refuses bf16 where oneDNN has no bf16 kernels (an AVX2-only CPU): there autocast runs torch's
+    own LSTM, and oneDNN is back on afterwards. The states stay near fp32's."""
+    if onednn_bf16 is not None:
+        monkeypatch.setattr(device_module, "onednn_bf16", lambda: onednn_bf16)
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(8, 16, batch_first=True, bidirectional=True)
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, torch.tensor([5, 5, 5]), batch_first=True)
+    before = torch.backends.mkldnn.enabled
+    with device_module.autocast(CPU, "bf16"):
+        assert torch.backends.mkldnn.enabled == (onednn_bf16 is None and device_module.onednn_bf16())
+        h, _ = lstm(x)  # (3, 5, 32)
+        h_packed, _ = lstm(packed)
+    assert torch.backends.mkldnn.enabled == before
+    (grad,) = torch.autograd.grad(h.float().sum() + h_packed.data.float().sum(), x)
+    assert grad.shape == x.shape and torch.isfinite(grad).all()
+    fp32 = lstm(x)[0]
+    assert torch.allclose(h.float(), fp32, atol=0.02)
+    assert torch.allclose(h_packed.data.view(5, 3, 32).transpose(0, 1).float(), fp32, atol=0.02)  # packed
+
+
 def test_no_shipped_config_hard_codes_bf16():
     from pathlib import Path
 

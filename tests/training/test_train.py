@@ -155,18 +155,22 @@ def test_device_and_precision_are_checked_before_any_work(tmp_path):
         from_dict(tiny_train_config(tmp_path, train={"device": "tpu"}))
 
 
-def test_bf16_training_learns_and_resumes_like_fp32(tmp_path, caplog):
+@pytest.mark.parametrize(
+    "model, smoothing",
+    [({}, 0.0), ({"cell": "lstm"}, 0.1)],
+    ids=["gru", "lstm_label_smoothing"],  # the main job's cell, and the candidate of docs/recipe.md
+)
+def test_bf16_training_learns_and_resumes_like_fp32(tmp_path, caplog, model, smoothing):
     """bf16 autocast (on the CPU, or the GPU where there is one): the loss falls, the log names
     device and precision, resume is exact."""
-    raw = tiny_train_config(tmp_path, train={"precision": "bf16", "max_steps": 40, "valid_every": 20})
+    steps = {"precision": "bf16", "label_smoothing": smoothing, "valid_every": 20}
+    raw = tiny_train_config(tmp_path, model=model, train={**steps, "max_steps": 40})
     full = Trainer(from_dict(raw))
     with caplog.at_level("INFO"):
         full.train()
     where = "cuda" if torch.cuda.is_available() else "cpu"  # train.device auto
     assert f"device: {where} (" in caplog.text and "precision: bf16" in caplog.text
-    raw_half = tiny_train_config(
-        tmp_path / "b", train={"precision": "bf16", "max_steps": 20, "valid_every": 20}
-    )
+    raw_half = tiny_train_config(tmp_path / "b", model=model, train={**steps, "max_steps": 20})
     Trainer(from_dict(raw_half)).train()
     raw_half["train"]["max_steps"] = 40
     resumed = Trainer(from_dict(raw_half), resume=True)
