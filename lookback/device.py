@@ -148,6 +148,8 @@ def _without_onednn(cast: torch.autocast) -> Iterator[None]:
 def onednn_bf16() -> bool:
     """Does oneDNN have bf16 kernels on this CPU (AVX-512 with BW, VL and DQ, natively bf16 or
     not), uncapped? Where not, its LSTM refuses bf16 input."""
+    if not torch.backends.mkldnn.is_available():
+        return False
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and not _onednn_below_bf16()
 
 
