@@ -96,6 +96,7 @@ MULTI30K = {
         "max_tokens": 1000,
         "lr": 0.005,
         "warmup": 200,
+        "label_smoothing": 0.1,
         "schedule": "cosine",
         "valid_every": 200,
         "time_limit": MINUTES,

@@ -55,8 +55,9 @@ MAIN_JOB = Path("../runs/quickstart")  # what ./quickstart.sh trains; loaded whe
 #
 # The main job's recipe (`configs/quickstart.yaml`), written out: GRU encoder and decoder,
 # additive attention, layer normalisation, tied target embeddings, Bahdanau's maxout readout
-# (`~s_t = maxout(U_o s_t + V_o y_{t-1} + C_o c_t)`), dropout 0.2, batches of 1,000 target tokens, a
-# learning rate of 5e-3 after 200 warm-up updates falling on a cosine until the time limit.
+# (`~s_t = maxout(U_o s_t + V_o y_{t-1} + C_o c_t)`), dropout 0.2, batches of 1,000 target tokens,
+# label smoothing 0.1, a learning rate of 5e-3 after 200 warm-up updates falling on a cosine until
+# the time limit.
 # Run a second time, `train` continues the run or finds it done. Notebook 1 trains the same
 # run: whichever comes first trains it, the other loads it.
 
@@ -82,6 +83,7 @@ MULTI30K = {
         "max_tokens": 1000,
         "lr": 0.005,
         "warmup": 200,
+        "label_smoothing": 0.1,
         "schedule": "cosine",
         "valid_every": 200,
         "time_limit": MINUTES,

@@ -33,6 +33,7 @@ def test_the_repository_paths_and_the_names_give_the_same_config(tmp_path, monke
     assert load_config("quickstart.yaml") == main_job
     assert load_config("configs/quickstart.yaml") == main_job  # the README's path, from anywhere
     assert main_job.train.run_dir == "runs/quickstart" and main_job.model.dropout == 0.2
+    assert main_job.train.label_smoothing == 0.1  # docs/recipe.md run 48
 
 
 def test_a_file_that_exists_is_read_before_a_shipped_name(tmp_path, monkeypatch):
