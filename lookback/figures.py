@@ -24,3 +24,35 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> None:
     fig.savefig(buf, format="png", dpi=dpi)
     image = Image.open(buf).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
     image.save(path, format="PNG", optimize=True)
+
+
+def seed_groups(names: list[str]) -> dict[str, tuple[str, Any, bool]]:
+    """Runs that differ only in their seed (a study's MODEL@CELL#SEED) drawn as one: run name ->
+    (its group, the group's colour, whether it is the group's first run and so labels it).
+
+    A study of six models, two cells and three seeds has 36 runs: its plots show a legend of
+    12 entries, each group's seeds in one colour (matplotlib's cycle of 10, or tab20's 20 where
+    there are more groups)."""
+    groups = list(dict.fromkeys(name.partition("#")[0] for name in names))
+    if len(groups) <= 10:
+        palette = [f"C{i}" for i in range(10)]
+    else:
+        import matplotlib
+
+        palette = [matplotlib.colormaps["tab20"](i) for i in range(20)]
+    out, seen = {}, set()
+    for name in names:
+        group = name.partition("#")[0]
+        out[name] = (group, palette[groups.index(group) % len(palette)], group not in seen)
+        seen.add(group)
+    return out
+
+
+def legend_beside(fig: Any, ax: Any, width: float = 0.24) -> tuple[float, float, float, float]:
+    """One legend for the figure in its right `width`, from `ax`'s labelled lines; returns the
+    rectangle left for the plots, for `fig.tight_layout(rect=...)`."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(
+        handles, labels, loc="center left", bbox_to_anchor=(1 - width, 0.5), fontsize="small", frameon=False
+    )
+    return (0, 0, 1 - width, 1)

@@ -56,7 +56,7 @@ from ..data.batch import collate
 from ..data.tokenizer import PAD, SPECIALS
 from ..decoding.evaluate import group_by_length
 from ..device import gradients_in_eval_mode
-from ..figures import save_figure
+from ..figures import legend_beside, save_figure, seed_groups
 from ..model.guided import diagonal
 from ..model.seq2seq import Seq2Seq
 from .curves import history, records_of
@@ -226,28 +226,28 @@ def plot_takeoff(runs: dict[str, str | list[dict]], path: str, title: str | None
 
     data = {name: records_of(run) for name, run in runs.items()}
     spreads = any("score_spread" in r for records in data.values() for r in _attention_records(records))
-    fig, axes = plt.subplots(3 if spreads else 2, 1, figsize=(7.5, 8.5 if spreads else 6.5), sharex=True)
+    fig, axes = plt.subplots(3 if spreads else 2, 1, figsize=(9.5, 8.5 if spreads else 6.5), sharex=True)
     top, middle = axes[0], axes[1]
+    groups = seed_groups(list(data))  # a model's seeds (MODEL#SEED) in one colour, one legend entry
     drawn = []
-    for i, (name, records) in enumerate(data.items()):
+    for name, records in data.items():
         valid = history(records, "valid")
-        colour = f"C{i % 10}"
-        top.plot([r["step"] for r in valid], [r["bleu"] for r in valid], marker="o", color=colour, label=name)
+        group, colour, first = groups[name]
+        label = group if first else None
+        top.plot(
+            [r["step"] for r in valid], [r["bleu"] for r in valid], marker="o", color=colour, label=label
+        )
         stats = _attention_records(records)
         if not stats:
             continue
         drawn.append(name)
         steps = [r["step"] for r in stats]
         marker = "o" if len(stats) < 30 else None
-        middle.plot(
-            steps, [r["alpha_entropy"] for r in stats], marker=marker, color=colour, label=f"{name}: entropy"
-        )
-        middle.plot(
-            steps, [r["alpha_diagonal"] for r in stats], ls="--", color=colour, label=f"{name}: diagonal"
-        )  # fmt: skip
+        middle.plot(steps, [r["alpha_entropy"] for r in stats], marker=marker, color=colour)
+        middle.plot(steps, [r["alpha_diagonal"] for r in stats], ls="--", color=colour)
         if spreads and any("score_spread" in r for r in stats):
             spread = [(r["step"], r["score_spread"]) for r in stats if "score_spread" in r]
-            axes[2].plot(*zip(*spread, strict=True), marker=marker, color=colour, label=name)
+            axes[2].plot(*zip(*spread, strict=True), marker=marker, color=colour)
     top.set_ylabel("validation BLEU, greedy")
     middle.set_ylabel("attention (teacher-forced probe)")
     middle.set_ylim(0, 1.05)
@@ -257,13 +257,11 @@ def plot_takeoff(runs: dict[str, str | list[dict]], path: str, title: str | None
     axes[-1].set_xlabel("updates")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
     fig.suptitle(title or "Take-off: when attention starts to look at the source")
-    fig.text(
-        0.5, 0.005, "entropy 1 = uniform weights; diagonal = weight within one token of the diagonal",
-        ha="center", fontsize=8, color="gray",
-    )  # fmt: skip
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    note = "middle: entropy solid (1 = uniform weights), weight within one token of the diagonal dashed"
+    fig.text(0.4, 0.005, note, ha="center", fontsize=8, color="gray")
+    left, _, right, _ = legend_beside(fig, top)
+    fig.tight_layout(rect=(left, 0.02, right, 1))
     save_figure(fig, path)
     plt.close(fig)
     return drawn

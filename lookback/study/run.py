@@ -81,7 +81,7 @@ from ..device import cpu_flags, cpu_name, kernels, set_threads
 from ..explain.cost import step_flops
 from ..explain.curves import history, read_metrics, records_of
 from ..explain.diagnostics import DIAGNOSTICS, plot_takeoff, pooled, sentence_diagnostics
-from ..figures import save_figure
+from ..figures import legend_beside, save_figure, seed_groups
 from ..model.coverage import coverage_report
 from ..model.seq2seq import count_parameters
 from ..training.train import Trainer
@@ -660,20 +660,22 @@ def _write_learning(out: Path, curves: dict[str, list[dict]], rows: list[dict]) 
 
     # against minutes, the figure to optimise, and against updates, which a machine whose speed
     # varies from run to run does not move
-    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
+    groups = seed_groups(list(curves))  # a model's seeds in one colour, one legend entry
     for name, records in curves.items():
         valid, _ = validation_curve(records)
         bleu = [r["bleu"] for r in valid]
-        by_time.plot([r["seconds"] / 60 for r in valid], bleu, marker="o", label=name)
-        by_step.plot([r["step"] for r in valid], bleu, marker="o", label=name)
+        group, colour, first = groups[name]
+        style = {"marker": "o", "markersize": 3, "color": colour, "label": group if first else None}
+        by_time.plot([r["seconds"] / 60 for r in valid], bleu, **style)
+        by_step.plot([r["step"] for r in valid], bleu, **style)
     by_time.set_xlabel("training minutes (wall clock, validations included)")
     by_time.set_ylabel("validation BLEU, greedy")
     by_step.set_xlabel("updates")
-    fig.suptitle(f"How each model learned, on {cpu_name()}")
+    fig.suptitle(f"How each model learned, on {cpu_name()} (one colour: a model's seeds)")
     for ax in (by_time, by_step):
         ax.grid(alpha=0.3)
-    by_step.legend(fontsize="small")
-    fig.tight_layout()
+    fig.tight_layout(rect=legend_beside(fig, by_step))
     for suffix in (".png", ".svg"):
         save_figure(fig, out / f"learning{suffix}")
     plt.close(fig)
