@@ -458,7 +458,7 @@ def test_the_attention_only_study_compares_what_its_comments_say():
 
     study = load_study("study/attention_only")
     configs = study.configs()
-    assert len(configs) == 5 * 2 * 3  # models x (multi30k, long) x seeds
+    assert len(configs) == 6 * 2 * 3  # models x (multi30k, long) x seeds
     shipped = load_config("multi30k_en_fr_transformer")
     tuned = load_config(str(Path(__file__).parents[2] / "results" / "tune" / "transformer" / "best.yaml"))
     keys = ("lr", "warmup", "schedule", "label_smoothing", "max_tokens", "time_limit")
@@ -468,12 +468,21 @@ def test_the_attention_only_study_compares_what_its_comments_say():
         for key in keys:
             assert getattr(own.train, key) == getattr(config.train, key), (name, key)
     assert configs["rnn@multi30k"].model == load_config("quickstart").model
+    # rnn: the main job as the study first measured it, before its smoothing; rnn_smoothed: as shipped
+    assert configs["rnn@long"].train.label_smoothing == 0.0
+    assert configs["rnn_smoothed@long"].model == load_config("quickstart").model
+    assert (
+        configs["rnn_smoothed@long"].train.label_smoothing
+        == load_config("quickstart").train.label_smoothing
+        > 0
+    )
     sides = {
         name: (configs[f"{name}@multi30k"].model.encoder, configs[f"{name}@multi30k"].model.decoder)
         for name in study.models
     }
     assert sides == {
         "rnn": ("rnn", "rnn"),
+        "rnn_smoothed": ("rnn", "rnn"),
         "transformer": ("transformer", "transformer"),
         "transformer_tuned": ("transformer", "transformer"),
         "rnn_enc_tf_dec": ("rnn", "transformer"),

@@ -14,7 +14,8 @@ pairs joined 1-4 at a time) and model, over the seeds evaluated so far (mean, an
   beam 5, batches as `lookback translate` makes them;
 - paired tests (sacreBLEU's bootstrap and randomisation on the first seed's outputs, with the
   seeds' spread): each model against the main job (rnn) at beam 5, over all sentences and by
-  length, and the tuned attention-only model against the shipped one (transformer).
+  length, and the tuned attention-only model and the main job as shipped (rnn_smoothed: with label
+  smoothing) against the shipped attention-only config (transformer).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 
 STUDY = Path(__file__).resolve().parent.parent / "attention_only"
-MODELS = ("rnn", "transformer", "transformer_tuned", "rnn_enc_tf_dec", "tf_enc_rnn_dec")
+MODELS = ("rnn", "rnn_smoothed", "transformer", "transformer_tuned", "rnn_enc_tf_dec", "tf_enc_rnn_dec")
 
 
 def split(run: str) -> tuple[str, str]:
@@ -129,7 +130,7 @@ def main(study: Path = STUDY) -> None:
                     for p in results["tests"][spec]["significance"]["pairs"]
                     if p["against"] == f"{ref_model}@{cell}"
                     and split(p["model"])[1] == cell
-                    and (ref_model == "rnn" or split(p["model"])[0] == "transformer_tuned")
+                    and (ref_model == "rnn" or split(p["model"])[0] in ("transformer_tuned", "rnn_smoothed"))
                 ]
                 if pairs:
                     print(f"Against {name}, beam 5: difference (p bootstrap, p randomisation) verdict\n")
