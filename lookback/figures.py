@@ -33,9 +33,7 @@ def seed_groups(names: list[str]) -> dict[str, tuple[str, Any, bool]]:
     A study of six models, two cells and three seeds has 36 runs: its plots show a legend of
     12 entries, each group's seeds in one colour (matplotlib's cycle of 10, or tab20's 20 where
     there are more groups)."""
-    from .decoding.significance import family  # 'rnn@long#2' -> 'rnn@long', as the study's tests group
-
-    groups = {group: i for i, group in enumerate(dict.fromkeys(family(name) for name in names))}
+    groups = list(dict.fromkeys(name.partition("#")[0] for name in names))
     if len(groups) <= 10:
         palette = [f"C{i}" for i in range(10)]
     else:
@@ -44,8 +42,8 @@ def seed_groups(names: list[str]) -> dict[str, tuple[str, Any, bool]]:
         palette = [matplotlib.colormaps["tab20"](i) for i in range(20)]
     out, seen = {}, set()
     for name in names:
-        group = family(name)
-        out[name] = (group, palette[groups[group] % len(palette)], group not in seen)
+        group = name.partition("#")[0]
+        out[name] = (group, palette[groups.index(group) % len(palette)], group not in seen)
         seen.add(group)
     return out
 
