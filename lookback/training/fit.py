@@ -1,6 +1,11 @@
-"""Batches that fit: a training batch whose step would not fit the free memory is refused before
-the first step, in one line naming train.max_tokens, its value and what fits (as check_search
-refuses a beam in decoding).
+"""Models and batches that fit: a model too large to train in the free memory, or a training batch
+whose step would not fit it, is refused before the first step, in one line naming the sizes or
+train.max_tokens, the value and what fits (as check_search refuses a beam in decoding).
+
+The model itself holds, in fp32 whatever the precision (bf16 autocast keeps fp32 weights), its
+weights, their gradients and Adam's two moments, and train.ema's average when on: 4 or 5 copies
+of 4 bytes a parameter. Its parameters are counted on PyTorch's meta device, where the model is
+built without memory.
 
 A batch holds at most train.max_tokens padded positions (sentences x the longest of them,
 data/batch.py), so its step's memory grows with max_tokens, until one batch holds the whole
@@ -21,8 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from ..config import ConfigError, ModelConfig
+from ..model.seq2seq import Seq2Seq, count_parameters
 
 Lengths = Sequence[tuple[int, int]] | np.ndarray  # (source, target) length of each training pair
 FLOAT = 4  # bytes: fp32; bf16 autocast keeps fp32 weights, gradients and many activations
@@ -58,4 +65,32 @@ def check_batch(model: ModelConfig, vocab: int, lengths: Lengths, max_tokens: in
         f"train.max_tokens {max_tokens:,}: its largest batch ({positions:,} padded positions, sources "
         f"up to {src_len} tokens) needs about {need / 2**30:.1f} GiB for one training step, more than the "
         f"{free / 2**30:.1f} GiB free: {what} (the main job trains with 1,000)"
+    )
+
+
+def model_parameters(model: ModelConfig, src_vocab: int, tgt_vocab: int) -> int | None:
+    """The model's parameter count, built on the meta device (no memory); None where a part of
+    one's own (a registered score) cannot be built there: the real build then decides."""
+    try:
+        with torch.device("meta"):
+            return count_parameters(Seq2Seq(model, src_vocab, tgt_vocab))
+    except Exception:  # a plugin's module on the meta device: not ours to judge
+        return None
+
+
+def check_model(model: ModelConfig, src_vocab: int, tgt_vocab: int, copies: int, free: int) -> None:
+    """A one-line ConfigError when `copies` fp32 copies of the model's parameters (weights,
+    gradients, Adam's two moments, an average) would need more memory than is `free`."""
+    n = model_parameters(model, src_vocab, tgt_vocab)
+    need = copies * FLOAT * (n or 0)
+    if need <= free:
+        return
+    layers = f"{model.enc_layers} + {model.dec_layers} layers"
+    ff = f", ff_size {model.ff_size:,}" if "transformer" in (model.encoder, model.decoder) else ""
+    raise ConfigError(
+        f"model: {n:,} parameters (emb_size {model.emb_size:,}, hidden_size {model.hidden_size:,}, "
+        f"dec_hidden_size {model.dec_hidden_size:,}, attention_size {model.attention_size:,}{ff}, {layers}; "
+        f"vocabularies {src_vocab:,} and {tgt_vocab:,}) need about {need / 2**30:.1f} GiB to train "
+        f"({copies} copies of 4 bytes each: weights, gradients, Adam's two moments"
+        f"{', the average' if copies > 4 else ''}), more than the {free / 2**30:.1f} GiB free"
     )

@@ -54,7 +54,7 @@ from ..model.encoder import EACH_WAY_FILL
 from ..model.seq2seq import LossTerms, Seq2Seq, build_model, count_parameters
 from . import distributed, progress
 from .checkpoint import RunDir, moving_average, require_tensorboard
-from .fit import check_batch
+from .fit import check_batch, check_model
 from .progress import Progress, Window, progress_line, stop_reason, stop_signals, valid_due
 from .schedule import LearningRate, parameter_groups
 
@@ -126,8 +126,12 @@ class Trainer:
         """The model, its loss (in DDP under torchrun), Adam and the learning rate's owner, the
         fp16 scaler, and the translator that validations decode with."""
         cfg, t = self.cfg, self.cfg.train
+        # a model whose weights, gradients and Adam's moments would not fit is refused now, in one line
+        copies = 4 + (t.ema > 0)  # weights, gradients, Adam's two moments, the average
+        vocabs = self.src_tok.vocab_size, self.tgt_tok.vocab_size
+        check_model(cfg.model, *vocabs, copies, free_memory(self.device))
         torch.manual_seed(cfg.train.seed)
-        self.model: Seq2Seq = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
+        self.model: Seq2Seq = build_model(cfg.model, *vocabs)
         self.model.to(self.device)
         if self.ranks.rank:  # the same initial weights everywhere, but each rank its own dropout
             torch.manual_seed(cfg.train.seed + self.ranks.rank)

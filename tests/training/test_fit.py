@@ -1,14 +1,20 @@
 """A training batch that would not fit the free memory is refused before the first step, in one
-line naming train.max_tokens, its value and what fits; batches that fit pass."""
+line naming train.max_tokens, its value and what fits; batches that fit pass. So is a model whose
+weights, gradients and Adam's moments would not fit, naming its sizes."""
+
+import dataclasses
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from lookback.cli import main
 from lookback.config import ConfigError, ModelConfig, load_config
+from lookback.model.attention import SCORES, Score
+from lookback.model.seq2seq import build_model, count_parameters
 from lookback.training import train as training
-from lookback.training.fit import check_batch, largest_batch, step_bytes
+from lookback.training.fit import check_batch, check_model, largest_batch, model_parameters, step_bytes
 
 from ..helpers import tiny_train_config
 
@@ -67,3 +73,53 @@ def test_train_refuses_before_the_first_step_and_the_cli_says_it_in_one_line(tmp
     assert len(err) == 1 and err[0].startswith("lookback: error: train.max_tokens 100,000,000: its largest")
     assert "GiB free: at most " in err[0] and steps == []
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_model_too_large_to_train_is_refused_in_one_line_naming_its_sizes():
+    main_job = load_config("quickstart").model
+    n = model_parameters(main_job, 8000, 8000)
+    assert n == count_parameters(build_model(main_job, 8000, 8000)) == 6_143_552  # meta counts as built
+    check_model(main_job, 8000, 8000, copies=4, free=16 * n)  # 4 copies of 4 bytes: exactly fits
+    with pytest.raises(ConfigError):
+        check_model(main_job, 8000, 8000, copies=4, free=16 * n - 1)
+    huge = dataclasses.replace(main_job, hidden_size=100_000)
+    with pytest.raises(ConfigError) as refused:
+        check_model(huge, 8000, 8000, copies=5, free=16 * GIB)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("model: ") and "hidden_size 100,000" in message
+    big = model_parameters(huge, 8000, 8000)
+    assert f"{big:,} parameters" in message and f"about {20 * big / GIB:.1f} GiB" in message
+    assert "the average), more than the 16.0 GiB free" in message
+
+
+def test_train_refuses_a_model_too_large_before_building_it(tmp_path, monkeypatch, capsys):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_train_config(tmp_path)), encoding="utf-8")
+    monkeypatch.setattr(training, "check_batch", lambda *args: None)  # the batch passes: the model is asked
+    monkeypatch.setattr(training, "free_memory", lambda device: 2**10)  # a 1 KiB machine
+    built = []
+    monkeypatch.setattr(training, "build_model", lambda *args: built.append(1))
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lookback: error: model: ") and "GiB free" in err[0]
+    assert built == [] and not (tmp_path / "run" / "last.pt").exists()
+
+
+class MetaShy(Score):
+    """A score of one's own that cannot be built on the meta device, as a plugin's module may not."""
+
+    @classmethod
+    def build(cls, dec_size, enc_size, cfg):
+        if torch.empty(0).device.type == "meta":
+            raise RuntimeError("this score wants real memory")
+        return cls()
+
+    def forward(self, s, keys, coverage=None):
+        return s @ keys.transpose(1, 2)
+
+
+def test_a_model_that_cannot_be_counted_on_meta_is_left_to_its_real_build(monkeypatch):
+    monkeypatch.setitem(SCORES, "meta_shy", MetaShy)
+    shy = dataclasses.replace(load_config("quickstart").model, attention="meta_shy")
+    assert model_parameters(shy, 8000, 8000) is None
+    check_model(shy, 8000, 8000, copies=4, free=0)  # not refused: building it for real decides
