@@ -32,10 +32,15 @@ one language.
 from __future__ import annotations
 
 import random
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+import torch
+
+from ..device import free_memory
 
 TASKS = ("copy", "reverse", "translate", "articles")
 SPLITS = ("train", "val", "test")
@@ -163,12 +168,57 @@ def synth_corpus(
     unknown = set(sizes) - set(SPLITS)
     if unknown:
         raise ValueError(f"unknown split(s) {', '.join(sorted(unknown))} (valid: {', '.join(SPLITS)})")
+    check_room(Path(out_dir), sizes, lengths, vocab)  # a corpus that cannot be held or written: one line now
     prefixes = {}
     for i, split in enumerate(SPLITS):
         if split in sizes:
             prefixes[split] = Path(out_dir) / split
             write_split(prefixes[split], make_pairs(task, sizes[split], lengths, seed + i, vocab))
     return prefixes
+
+
+def text_bytes(n: int, lengths: tuple[int, int], vocab: int) -> int:
+    """About the bytes of `n` pairs as text, for sources of lo-hi words: a word and its space for
+    each source word, and for up to two target words (``articles`` adds one before each noun)."""
+    lo, hi = lengths
+    return n * (lo + hi) // 2 * (len(f"a{vocab - 1}") + 1) * 3
+
+
+def room_needed(sizes: dict[str, int], lengths: tuple[int, int], vocab: int) -> tuple[int, int]:
+    """(memory, disk) bytes that writing these splits takes: one split's pairs held at once, and a
+    side of them twice more while it is joined for its file, each string's own 100 bytes or so, and
+    a source's word lists (8-byte pointers, about three lists); on disk, every split's text.
+    Measured (articles, 5-2,000 words, the default sizes): 477 MiB of peak RSS above the process's
+    start against 691 estimated; 188 MiB on disk against 247."""
+    n = max(sizes.values(), default=0)
+    memory = 3 * text_bytes(n, lengths, vocab) + 100 * n + 24 * lengths[1]
+    return memory, sum(text_bytes(k, lengths, vocab) for k in sizes.values())
+
+
+def check_room(out_dir: Path, sizes: dict[str, int], lengths: tuple[int, int], vocab: int) -> None:
+    """A one-line ValueError when the corpus would need more memory, or more disk space where it is
+    written, than is free, saying how long the sources may be instead."""
+    place = next(p for p in (out_dir, *out_dir.resolve().parents) if p.exists())  # or the parent to be
+    free = free_memory(torch.device("cpu")), shutil.disk_usage(place).free
+    lo, hi = lengths
+    for k, what in enumerate(("memory", f"disk space in {place}")):
+        need = room_needed(sizes, lengths, vocab)[k]
+        if need <= free[k]:
+            continue
+        short, long = lo - 1, hi  # the longest sources that fit: more than short words, fewer than long
+        while long - short > 1:
+            mid = (short + long) // 2
+            short, long = (mid, long) if room_needed(sizes, (lo, mid), vocab)[k] <= free[k] else (short, mid)
+        fits = f"sources of {lo}-{short:,} words fit" if short >= lo else "not even the shortest sources fit"
+        raise ValueError(
+            f"lengths {lo}-{hi:,}: {sum(sizes.values()):,} pairs need about {size(need)} of {what}, "
+            f"more than the {size(free[k])} free: {fits}, or fewer pairs"
+        )
+
+
+def size(n: int) -> str:
+    """Bytes for a message: '1.2 GiB', or '3.4 MiB' below a GiB."""
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def parse_lengths(text: str) -> tuple[int, int]:

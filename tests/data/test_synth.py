@@ -5,6 +5,8 @@ model with attention learns the task while the same model without attention
 does not.
 """
 
+import re
+import shutil
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 
 from lookback.cli import build_parser, main
 from lookback.config import from_dict
+from lookback.data import synth
 from lookback.data.read import read_parallel
 from lookback.data.synth import (
     TASKS,
@@ -19,6 +22,7 @@ from lookback.data.synth import (
     language,
     make_pairs,
     parse_lengths,
+    room_needed,
     sequence_accuracy,
     synth_corpus,
     translate,
@@ -189,6 +193,48 @@ def test_data_synth_command_bad_lengths(tmp_path: Path):
     with pytest.raises(ValueError, match="^--lengths '5-': expected LO-HI"):
         args.func(args)
     assert not list(tmp_path.iterdir())
+
+
+def test_text_and_room_by_hand():
+    # 10 pairs of 2-4 words (3 on average) from 10 words ("a9": 2 letters and a space): 30 x 3 x 3
+    assert synth.text_bytes(10, (2, 4), vocab=10) == 270
+    sizes = {"train": 10, "val": 4}
+    assert room_needed(sizes, (2, 4), 10) == (3 * 270 + 100 * 10 + 24 * 4, 270 + 108)
+
+
+def test_a_corpus_that_cannot_be_held_is_refused_before_writing_saying_what_fits(tmp_path: Path, monkeypatch):
+    free = 2**30
+    monkeypatch.setattr(synth, "free_memory", lambda device: free)
+    with pytest.raises(ValueError) as refused:
+        synth_corpus("reverse", tmp_path / "big", (5, 100_000_000), seed=1)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("lengths 5-100,000,000: 21,500 pairs need about ")
+    assert "GiB of memory, more than the 1.0 GiB free: sources of 5-" in message  # MiB below 1 GiB
+    longest = int(message.split("sources of 5-")[1].split(" words")[0].replace(",", ""))
+    sizes = synth.DEFAULT_SIZES
+    assert room_needed(sizes, (5, longest), 50)[0] <= free < room_needed(sizes, (5, longest + 1), 50)[0]
+    assert not (tmp_path / "big").exists()  # nothing written
+    monkeypatch.setattr(synth, "free_memory", lambda device: 10)
+    with pytest.raises(ValueError, match="not even the shortest sources fit, or fewer pairs$"):
+        synth_corpus("reverse", tmp_path / "big", (5, 6), seed=1)
+
+
+def test_a_corpus_that_cannot_be_written_names_the_disk(tmp_path: Path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(synth.shutil, "disk_usage", lambda path: usage._replace(free=4 * 2**20))
+    # 21,500 pairs x (5 + hi) / 2 words x ("a49 ": 4 bytes) x 3: 5-27 words 4,128,000 bytes, 5-28 4,257,000
+    where = f"of disk space in {tmp_path.resolve()}, more than the 4.0 MiB free: sources of 5-27 words fit"
+    with pytest.raises(ValueError, match=re.escape(where)):
+        synth_corpus("copy", tmp_path / "new" / "folder", (5, 60), seed=1)
+    assert not (tmp_path / "new").exists()
+
+
+def test_data_synth_refuses_lengths_that_would_exhaust_memory_in_one_line(tmp_path: Path, capsys):
+    argv = ["data", "synth", "--task", "reverse", "--lengths", "5-100000000000", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("lookback: error: lengths 5-100,000,000,000: 21,500 pairs ")
+    assert not (tmp_path / "r").exists()
 
 
 def test_data_synth_help_on_every_flag():
