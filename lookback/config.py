@@ -77,7 +77,8 @@ _FRACTION = (lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
 _UNIT = (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 _OPEN_FRACTION = (lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _SEED = (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)")  # what every RNG accepts
-_THREADS = (lambda v: 0 <= v <= 1024, "an integer in [0, 1024]")  # torch overflows above 2**31
+MAX_THREADS = 1024  # OpenMP fails to start some tens of thousands, and torch overflows above 2**31
+_THREADS = (lambda v: 0 <= v <= MAX_THREADS, f"an integer in [0, {MAX_THREADS}]")
 _CORPUS = "a corpus spec"
 
 

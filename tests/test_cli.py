@@ -276,6 +276,14 @@ def test_every_command_that_loads_a_model_shares_its_flags():
         ),
         (["serve", "RUN", "--port", "-1"], "argument --port: got '-1', expected an integer in [0, 65535]"),
         (["serve", "RUN", "--max-chars", "0"], "argument --max-chars: got '0', expected an integer >= 1"),
+        (  # OpenMP fails to start tens of thousands of threads (libgomp, or a segmentation fault)
+            ["translate", "RUN", "--threads", "100000"],
+            "argument --threads: got '100000', expected an integer in [0, 1024]",
+        ),
+        (
+            ["evaluate", "RUN", "--threads", "-1"],
+            "argument --threads: got '-1', expected an integer in [0, 1024]",
+        ),
         (
             ["translate", "RUN", "--beam", "9" * 5000],
             "argument --beam: got '99999999999999999...', expected an integer >= 1",

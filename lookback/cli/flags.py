@@ -15,6 +15,7 @@ import math
 import sys
 from collections.abc import Callable
 
+from ..config import MAX_THREADS
 from ..runtime.fast import BACKENDS, QUANTIZE
 
 SEARCH_FLAGS = ("length_penalty", "max_ratio", "hard_attention", "coverage_penalty")  # decode.*
@@ -135,7 +136,9 @@ def add_runtime_flags(p: argparse.ArgumentParser) -> None:
         help="onnxruntime: run the network on ONNX Runtime (an export's --onnx graphs, or exported now)",
     )
     p.add_argument("--quantize", choices=QUANTIZE, help="int8: dynamic int8 quantisation of the weights")
-    p.add_argument("--threads", type=nonnegative_int, default=0, help="CPU threads (0: one per core)")
+    p.add_argument(
+        "--threads", type=int_range(0, MAX_THREADS), default=0, help="CPU threads (0: one per core)"
+    )
 
 
 def add_test_flags(p: argparse.ArgumentParser, what: str = "") -> None:
