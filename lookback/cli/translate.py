@@ -141,7 +141,7 @@ def evaluate(args: argparse.Namespace) -> None:
 
 def compare(args: argparse.Namespace) -> None:
     from ..data.read import read_lines, read_parallel
-    from ..decoding.significance import paired_test, report
+    from ..decoding.significance import check_room, paired_test, report
 
     a, b = (read_lines(Path(f)) for f in args.outputs)
     if args.ref:
@@ -150,6 +150,7 @@ def compare(args: argparse.Namespace) -> None:
         src_lang, tgt_lang = args.langs.split("-", 1)
         refs = read_parallel(args.test, src_lang, tgt_lang, args.multi30k_dir)[1]
     names = tuple(args.names) if args.names else tuple(args.outputs)
+    check_room(len(refs), {"--bs-samples": args.bs_samples, "--ar-trials": args.ar_trials})  # named as typed
     result = paired_test(a, b, refs, names, args.bs_samples, args.ar_trials)
     print(json.dumps(result, indent=2) if args.json else report(result))
 

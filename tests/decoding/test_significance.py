@@ -12,7 +12,15 @@ import sys
 import pytest
 
 from lookback.cli import main
-from lookback.decoding.significance import compare_runs, is_difference, paired_test, seed_pairings
+from lookback.decoding import significance
+from lookback.decoding.significance import (
+    bytes_needed,
+    check_room,
+    compare_runs,
+    is_difference,
+    paired_test,
+    seed_pairings,
+)
 
 REFS = [
     "a dog runs in the snow .",
@@ -124,6 +132,35 @@ def test_compare_says_in_one_line_what_does_not_match(tmp_path, capsys):
     assert "60 outputs of" in capsys.readouterr().err
     assert main(["compare", pa, pb, "--ref", str(tmp_path / "missing.txt")]) == 2
     assert "missing.txt: no such file" in capsys.readouterr().err
+
+
+def test_the_tests_memory_by_hand():
+    # a draw holds an index and 18 float32 numbers a sentence (81 bytes) and its scores (2,000)
+    assert bytes_needed(10, bs_samples=100, ar_trials=0) == (100 * (81 * 10 + 2000), 0)
+    # a trial: a swap mask and its selections, 11 bytes a sentence, and its sums (700)
+    assert bytes_needed(10, bs_samples=0, ar_trials=1000) == (0, 1000 * (11 * 10 + 700))
+
+
+def test_tests_too_large_for_memory_are_refused_in_one_line_saying_how_many_fit(monkeypatch):
+    a, b, refs = _systems(n=2)
+    gib = 2**30
+    monkeypatch.setattr(significance, "free_memory", lambda device: gib)
+    with pytest.raises(ValueError) as refused:
+        paired_test(a, b, refs, bs_samples=10**9)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("bs_samples 1,000,000,000: on 2 sentences the test ")
+    fit = int(message.split("at most ")[1].split(" fit")[0].replace(",", ""))
+    assert bytes_needed(2, fit, 0)[0] <= gib < bytes_needed(2, fit + 1, 0)[0]  # what it says fits, fits
+    with pytest.raises(ValueError, match="^ar_trials 1,000,000,000: on 2 sentences .* than the 1.0 GiB free"):
+        paired_test(a, b, refs, ar_trials=10**9)
+    check_room(2, {"bs": 1000, "ar": 10000})  # the defaults pass
+
+
+def test_compare_refuses_counts_that_would_exhaust_memory_naming_the_flag(tmp_path, capsys):
+    pa, pb, pr = _write(tmp_path, *_systems(n=2))
+    assert main(["compare", pa, pb, "--ref", pr, "--ar-trials", "1000000000000"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("lookback: error: --ar-trials 1,000,000,000,000: on 2 ")
 
 
 def test_every_seed_is_tested_and_a_one_seed_model_meets_the_widest_seed_range():
