@@ -246,8 +246,18 @@ def align(
             continue
         src_groups = groups_of_words(src_pieces, src_words)
         tgt_groups = groups_of_words(tgt_pieces, tgt_words)
-        for side, groups in (("source", src_groups), ("target", tgt_groups)):
+        sides = (
+            ("source", src_groups, src, src_pieces, translator.src_tok),
+            ("target", tgt_groups, tgt, tgt_pieces, translator.tgt_tok),
+        )
+        for side, groups, text, pieces, tok in sides:
             if groups is None:
+                whole = len(tok.encode(text))  # the line's pieces before a cut at max_src_len
+                if whole > len([p for p in pieces if p != "</s>"]):
+                    raise ValueError(
+                        f"line {n}: its {side} is {whole:,} pieces, cut to the {translator.max_src_len} a "
+                        "line is read to, so its words cannot all be aligned: split it, or align shorter ones"
+                    )
                 raise ValueError(
                     f"line {n}: the model's {side} pieces do not spell the words of the {side} line "
                     "(an unknown character, or text the tokenizer normalises)"

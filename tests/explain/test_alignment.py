@@ -119,3 +119,12 @@ def test_eflomal_learns_the_toy_lexicon_and_align_reports_agreement(run, tmp_pat
     assert main(["align", str(run), *files, "--eflomal", str(data)]) == 0
     err = capsys.readouterr().err
     assert "agreement with eflomal's forward links" in err and "an aligner, not gold" in err
+
+
+def test_a_line_longer_than_the_model_reads_is_one_line_saying_so(run, capsys):
+    translator = Translator.load(run)
+    long = " ".join(["the dog runs ."] * 100)  # 400 words: over the 250 pieces a line is read to
+    with pytest.raises(ValueError, match=r"^line 2: its source is \d{3},?\d* pieces, cut to the 250 a "):
+        align(translator, ["a cat .", long], ["un chat .", "le chien court ."])
+    with pytest.raises(ValueError, match=r"^line 1: its target is \d{3},?\d* pieces, cut to the 250"):
+        align(translator, ["the dog runs ."], [" ".join(["le chien court ."] * 100)])
