@@ -77,7 +77,10 @@ def export(
     if out.exists() and any(out.iterdir()) and not is_export(out):
         raise ValueError(f"{out}: exists and is not an export; choose a new or empty directory")
     model, cfg, _, _, state, path = load_run(run_dir, checkpoint)  # our own run's checked pickle
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent that cannot hold a folder: read-only, /proc, a file
+        raise ValueError(f"{out}: cannot make the export's directory ({exc.strerror})") from exc
     save_model(model, str(out / WEIGHTS), metadata={"format": "pt", "source": path.name})
     if (out / ONNX_DIR).is_dir():
         shutil.rmtree(out / ONNX_DIR)  # an earlier export's graphs are of other weights

@@ -103,6 +103,10 @@ def test_bad_exports_are_one_line_and_lose_nothing(run, tmp_path, capsys):
     assert [p.name for p in busy.iterdir()] == ["notes.txt"]
     with pytest.raises(ValueError, match="not the run directory"):
         export(run, run)
+    (tmp_path / "a_file").write_text("mine", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"a_file/model: cannot make the export's directory \(Not a dir"):
+        export(run, tmp_path / "a_file" / "model")
+    assert (tmp_path / "a_file").read_text(encoding="utf-8") == "mine"
 
     out = tmp_path / "model"
     export(run, out)
