@@ -437,6 +437,8 @@ def find_config(name: str | Path) -> Path:
     stem = path.as_posix().removeprefix("configs/").removesuffix(".yaml")
     if (SHIPPED / f"{stem}.yaml").is_file():
         return SHIPPED / f"{stem}.yaml"
+    if path.is_dir():
+        raise ConfigError(f"{name}: a directory, not a config file (a YAML file or a shipped config's name)")
     close = difflib.get_close_matches(stem, shipped_configs(), n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     shipped = f"nor a shipped config ({hint}lookback configs lists them)"

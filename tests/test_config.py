@@ -109,6 +109,8 @@ def test_yaml_errors_name_file_and_line(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match=rf"^{tmp_path / 'missing.yaml'}: no such config file"):
         load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}: a directory, not a config file"):
+        load_config(tmp_path)
 
 
 def test_saved_config_round_trips(tmp_path):

@@ -214,6 +214,8 @@ class RunDir:
     def prepare(self, resume: bool) -> None:
         """Create the directory and write, fsync and delete a file in it, failing before any work;
         a new run needs a directory without a run, a resumed one a checkpoint."""
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"train.run_dir {self.path} is a file, not a directory; choose another")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write-test.") as f:

@@ -149,6 +149,11 @@ def test_an_unwritable_run_directory_is_one_line(tmp_path, capsys):
     assert main(["train", str(config)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"train.run_dir {blocker / 'run'} is not writable" in err[0]
+    config, _ = _config(tmp_path, "a_file_itself", run_dir=str(blocker))
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"lookback: error: train.run_dir {blocker} is a file, not a directory; choose another"]
+    assert blocker.read_text() == "not a directory"
 
 
 def test_a_failed_checkpoint_write_stops_and_leaves_the_old_checkpoints(tmp_path, monkeypatch):
