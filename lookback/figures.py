@@ -33,19 +33,18 @@ def seed_groups(names: list[str]) -> dict[str, tuple[str, Any, bool]]:
     A study of six models, two cells and three seeds has 36 runs: its plots show a legend of
     12 entries, each group's seeds in one colour (matplotlib's cycle of 10, or tab20's 20 where
     there are more groups)."""
-    groups = list(dict.fromkeys(name.partition("#")[0] for name in names))
-    if len(groups) <= 10:
+    group_of = {name: name.partition("#")[0] for name in names}
+    first: dict[str, str] = {}  # group -> the run that labels it, groups in the order first seen
+    for name, group in group_of.items():
+        first.setdefault(group, name)
+    if len(first) <= 10:
         palette = [f"C{i}" for i in range(10)]
     else:
         import matplotlib
 
         palette = [matplotlib.colormaps["tab20"](i) for i in range(20)]
-    out, seen = {}, set()
-    for name in names:
-        group = name.partition("#")[0]
-        out[name] = (group, palette[groups.index(group) % len(palette)], group not in seen)
-        seen.add(group)
-    return out
+    colour = {group: palette[i % len(palette)] for i, group in enumerate(first)}
+    return {n: (g, colour[g], first[g] == n) for n, g in group_of.items()}
 
 
 def legend_beside(fig: Any, ax: Any, width: float = 0.24) -> tuple[float, float, float, float]:

@@ -201,8 +201,9 @@ def check_room(out_dir: Path, sizes: dict[str, int], lengths: tuple[int, int], v
     place = next(p for p in (out_dir, *out_dir.resolve().parents) if p.exists())  # or the parent to be
     free = free_memory(torch.device("cpu")), shutil.disk_usage(place).free
     lo, hi = lengths
+    needs = room_needed(sizes, lengths, vocab)
     for k, what in enumerate(("memory", f"disk space in {place}")):
-        need = room_needed(sizes, lengths, vocab)[k]
+        need = needs[k]
         if need <= free[k]:
             continue
         short, long = lo - 1, hi  # the longest sources that fit: more than short words, fewer than long
